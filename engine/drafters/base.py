@@ -1,0 +1,54 @@
+"""The drafter interface: children for a frontier of tree nodes, state kept in step with the tree.
+
+A drafter sees the request's context (prompt and generated tokens, the
+tree's root being its last token), proposes children for any frontier of the
+current step's tree, and is told after verification which path was accepted
+and which token the target emitted, so its own state (KV cache, n-gram
+index, hidden states) follows the accepted path exactly as the target's does.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from engine.sampling import SamplingParams
+from engine.tree import DraftTree
+
+
+@dataclass
+class Proposal:
+    """Children proposed for one frontier node, best first."""
+
+    node: int  # tree index of the frontier node
+    token: list[int]
+    q: list[float]  # draft probability of each child given the node
+    source: str
+    sampled: bool = False  # drawn from q_dist (verified against q) rather than chosen deterministically
+    q_dist: torch.Tensor | None = None  # [V] draft distribution at the node; required when sampled
+
+
+class Drafter(ABC):
+    name: str
+    model_name: str | None = None
+
+    def __init__(self) -> None:
+        self.forwards = 0  # model forwards so far in this run (δ counts them)
+        self.forward_ms = 0.0  # time spent in those forwards
+
+    @abstractmethod
+    def start(self, context: list[int]) -> None:
+        """Begins a request; `context` is the prompt's token ids, the root last."""
+
+    @abstractmethod
+    def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
+                sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
+        """Up to k children for each frontier node (nodes may get none)."""
+
+    @abstractmethod
+    def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int]) -> None:
+        """Follows verification: `accepted_path` are tree indices from the root;
+        `emitted` are the tokens appended to the context (accepted drafts, then
+        the recovered or bonus token, which is the next root)."""

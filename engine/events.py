@@ -1,0 +1,212 @@
+"""Typed, versioned events: the one stream the CLI, the benchmark, trace files and the web app read.
+
+Glossary (used the same way in Python, JSON and CSS):
+    draft      a token proposed by a drafter
+    candidate  a draft token a policy looked at in one layer of a step
+    kept       a candidate the policy put in the tree
+    pruned     a candidate the policy left out (reason says why)
+    tree       the kept candidates under the root, sent to verify
+    verify     one target forward over the whole tree
+    accepted   a draft token the target agreed with
+    rejected   a draft token the target evaluated and refused
+    recovered  the token the target chose where it rejected every child (greedy: its argmax;
+               sampling: a draw from the residual norm(max(0, p - q)))
+    bonus      the target's token after a fully accepted path ending in a leaf
+    step       one draft-then-verify cycle; it emits accepted tokens plus one recovered or bonus
+    τ (tau)    mean tokens emitted per step (accepted + 1)
+    δ (delta)  mean draft forwards per step
+    c          mean draft forward time over mean verify forward time
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+
+Reason = Literal["topk", "threshold", "below_threshold", "budget", "depth_limit", "rerank", "cost"]
+Verdict = Literal["accepted", "rejected", "unreached"]
+EmittedKind = Literal["recovered", "bonus"]
+StopReason = Literal["eos", "max_new_tokens", "cancelled"]
+
+
+class _Event(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    policy: str
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    prompt: str
+    prompt_tokens: int
+    params: dict[str, Any]
+    drafter: str
+    target: str
+    draft: str | None
+    device: str
+    dtype: str
+    seed: int
+    temperature: float
+    top_k: int
+    top_p: float
+    max_new_tokens: int
+
+
+class Candidate(BaseModel):
+    """One candidate of a draft layer and the policy's decision on it."""
+
+    parent: int  # tree index of the parent node
+    token: int
+    text: str
+    depth: int
+    q: float  # draft probability of the token given its parent
+    score: float  # cumulative path score
+    source: str  # which drafter proposed it
+    kept: bool
+    expanded: bool  # kept and on the frontier the next layer grows from
+    reason: Reason
+    threshold: float | None = None  # the bar in force for this decision, if any
+    node: int | None = None  # tree index when kept
+    detail: dict[str, float] = Field(default_factory=dict)  # e.g. cast's utility and cost
+
+
+class DraftLayer(_Event):
+    type: Literal["draft_layer"] = "draft_layer"
+    step: int
+    depth: int
+    candidates: list[Candidate]
+    threshold: float | None = None  # e.g. talon's μ·m_d
+    anchor: float | None = None  # e.g. talon's m_d
+
+
+class TreeNode(BaseModel):
+    node: int
+    parent: int
+    token: int
+    text: str
+    depth: int
+    q: float
+    score: float
+    source: str
+
+
+class DraftTreeDone(_Event):
+    """The tree sent to verification; `pruned` lists nodes dropped at rerank (old indices)."""
+
+    type: Literal["tree"] = "tree"
+    step: int
+    nodes: list[TreeNode]
+    pruned: list[Candidate] = Field(default_factory=list)
+
+
+class NodeVerdict(BaseModel):
+    node: int
+    token: int
+    p: float | None  # target probability of the token at its parent (None where unreached)
+    q: float
+    verdict: Verdict
+
+
+class EmittedToken(BaseModel):
+    parent: int  # tree node after which the target chose it
+    token: int
+    text: str
+    p: float
+    kind: EmittedKind
+
+
+class Verification(_Event):
+    type: Literal["verify"] = "verify"
+    step: int
+    nodes: list[NodeVerdict]
+    emitted: EmittedToken
+    accepted_path: list[int]  # tree indices from the root, root included
+
+
+class TextDelta(_Event):
+    type: Literal["text"] = "text"
+    step: int
+    tokens: list[int]
+    text: str
+    accepted: int  # how many of `tokens` were accepted drafts (the rest: recovered or bonus)
+
+
+class StepMetrics(_Event):
+    type: Literal["step_metrics"] = "step_metrics"
+    step: int
+    accepted: int
+    emitted: int
+    tree_size: int  # draft nodes verified, root excluded
+    depth: int
+    width: int  # the widest layer of the verified tree
+    draft_forwards: int
+    draft_ms: float
+    verify_ms: float
+    other_ms: float
+    new_tokens: int  # total so far
+
+
+class PolicyAdjusted(_Event):
+    type: Literal["policy_adjusted"] = "policy_adjusted"
+    step: int
+    param: str
+    old: float
+    new: float
+    why: str
+
+
+class RunFinished(_Event):
+    type: Literal["run_finished"] = "run_finished"
+    text: str
+    tokens: list[int]
+    new_tokens: int
+    steps: int
+    tau: float
+    delta: float
+    c: float | None
+    tokens_per_s: float
+    wall_s: float
+    draft_ms: float
+    verify_ms: float
+    other_ms: float
+    stop_reason: StopReason
+
+
+class RunError(_Event):
+    type: Literal["error"] = "error"
+    message: str
+    field: str | None = None
+
+
+Event = Annotated[
+    Union[RunStarted, DraftLayer, DraftTreeDone, Verification, TextDelta, StepMetrics,
+          PolicyAdjusted, RunFinished, RunError],
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(line: str | bytes) -> Event:
+    """One event from its JSON text (a trace line or a WebSocket message)."""
+    return EVENT_ADAPTER.validate_json(line)
+
+
+def read_trace(path: str) -> list[Event]:
+    with open(path, encoding="utf-8") as f:
+        return [parse_event(line) for line in f if line.strip()]
+
+
+class TraceWriter:
+    """Writes events as JSON lines; usable as an emit callback."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "w", encoding="utf-8")
+
+    def __call__(self, event: BaseModel) -> None:
+        self._file.write(event.model_dump_json() + "\n")
+
+    def close(self) -> None:
+        self._file.close()

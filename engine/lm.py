@@ -1,0 +1,93 @@
+"""A causal LM with its own KV cache, fed chains or trees of new tokens.
+
+Both the target and a draft LM run through this: a chain (prefill, pending
+tokens) attends causally; a tree attends through an explicit [N, S] matrix of
+allowed cache columns with position ids prefix length + depth. After
+verification the cache is compacted to the accepted positions, so the next
+step starts from exactly the state plain decoding would have reached.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from engine.tree import attention_bias
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor  # [N, V] float32
+    hidden: tuple[torch.Tensor, ...] = ()  # each [N, H]: inputs of the requested layers
+
+
+class CachedLM:
+    def __init__(self, model: torch.nn.Module, name: str = "model"):
+        self.model = model.eval()
+        self.name = name
+        self.config = model.config
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.cache: DynamicCache | None = None
+        self.reset()
+
+    @property
+    def max_length(self) -> int:
+        return int(getattr(self.config, "max_position_embeddings", 2048))
+
+    @property
+    def cache_len(self) -> int:
+        return self.cache.get_seq_length() if self.cache is not None else 0
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.config)
+
+    @torch.inference_mode()
+    def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+        """Appends `tokens` causally after the cache."""
+        ids = torch.tensor([tokens], device=self.device)  # [1, N]
+        start = self.cache_len
+        positions = torch.arange(start, start + len(tokens), device=self.device)[None]  # [1, N]
+        return self._run(ids, positions, None, hidden_layers)
+
+    @torch.inference_mode()
+    def forward_tree(self, tokens: list[int], positions: torch.Tensor, allowed: torch.Tensor,
+                     hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+        """Appends N tree tokens; `allowed` [N, cache_len + N] says which columns each may attend to."""
+        assert allowed.shape == (len(tokens), self.cache_len + len(tokens)), allowed.shape
+        ids = torch.tensor([tokens], device=self.device)  # [1, N]
+        mask = attention_bias(allowed, self.dtype).to(self.device)  # [1, 1, N, S]
+        return self._run(ids, positions.to(self.device)[None], mask, hidden_layers)
+
+    def _run(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+             hidden_layers: tuple[int, ...]) -> ForwardOutput:
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                         output_hidden_states=bool(hidden_layers), **{self._cache_kwarg: self.cache})
+        hidden = tuple(out.hidden_states[i][0] for i in hidden_layers) if hidden_layers else ()
+        return ForwardOutput(logits=out.logits[0].float(), hidden=hidden)
+
+    def keep(self, positions: list[int]) -> None:
+        """Compacts the cache to the given increasing sequence positions."""
+        shared = 0  # positions that already sit where they belong need no copy
+        while shared < len(positions) and positions[shared] == shared:
+            shared += 1
+        moved = torch.tensor(positions[shared:], dtype=torch.long, device=self.device)
+        end = len(positions)
+        for layer in self.cache.layers:
+            if not layer.is_initialized:
+                continue
+            if len(moved):
+                layer.keys[:, :, shared:end] = layer.keys.index_select(2, moved)
+                layer.values[:, :, shared:end] = layer.values.index_select(2, moved)
+            layer.keys = layer.keys[:, :, :end]
+            layer.values = layer.values[:, :, :end]
+
+    def crop(self, length: int) -> None:
+        """Drops every cached position from `length` on."""
+        if length < self.cache_len:
+            self.keep(list(range(length)))

@@ -1,0 +1,149 @@
+"""The policy interface: candidates in, a selection and one decision per candidate out.
+
+A step grows the tree layer by layer. For each layer the engine asks the
+drafter for the children of the frontier, pools them as a `Pool`, and hands the
+pool to `Policy.select_layer`, which decides for every candidate whether it
+joins the tree (kept), whether it is grown further (expanded), and why. When
+no frontier is left, `Policy.finalize` may rerank the tree down to the nodes
+sent to verification. Policies never call a model; they may keep state
+across steps of one run (reset by `start_run`) and learn from `observe`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.tree import DraftTree
+
+
+class PolicyParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class Pool:
+    """All candidates of one layer: children proposed for the frontier, flat."""
+
+    depth: int
+    parent: list[int]  # tree index of each candidate's parent
+    token: list[int]
+    q: list[float]  # draft probability given the parent
+    score: list[float]  # cumulative path score: score[parent] * q
+    source: list[str]
+    sampled: list[bool]
+    prefix_len: int = 0  # tokens already in the target's cache (context length)
+
+    def __len__(self) -> int:
+        return len(self.token)
+
+
+@dataclass
+class Decision:
+    kept: bool
+    expanded: bool
+    reason: str
+    threshold: float | None = None
+    detail: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class LayerSelection:
+    decisions: list[Decision]  # one per pool candidate, same order
+    threshold: float | None = None
+    anchor: float | None = None
+
+
+@dataclass
+class Rerank:
+    keep: list[int]  # ancestor-closed tree indices sent to verification, root included
+    pruned: dict[int, Decision] = field(default_factory=dict)  # tree index -> why it was dropped
+
+
+@dataclass
+class StepOutcome:
+    """What a policy may learn from after a step."""
+
+    tree_size: int
+    depth: int
+    accepted: int
+    draft_ms: float
+    verify_ms: float
+    other_ms: float
+    prefix_len: int
+
+
+@dataclass
+class Adjustment:
+    param: str
+    old: float
+    new: float
+    why: str
+
+
+class Policy(ABC):
+    name: ClassVar[str]
+    Params: ClassVar[type[PolicyParams]]
+    drafts: ClassVar[bool] = True  # False only for the no-draft baseline
+
+    def __init__(self, params: PolicyParams, context: dict[str, Any] | None = None):
+        self.params = params
+        self.context = context or {}
+
+    def start_run(self) -> None:
+        """Resets per-run state."""
+
+    @abstractmethod
+    def children_per_node(self, depth: int) -> int:
+        """How many children the drafter should propose for each frontier node at `depth`."""
+
+    def sample_children(self, temperature: float) -> bool:
+        """Whether children are drawn from the draft distribution rather than taken as its top-k."""
+        return False
+
+    @abstractmethod
+    def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
+        """Decides on every candidate of the pool."""
+
+    def finalize(self, tree: DraftTree) -> Rerank:
+        """The nodes sent to verification; by default the whole tree."""
+        return Rerank(keep=list(range(len(tree))))
+
+    def observe(self, outcome: StepOutcome) -> list[Adjustment]:
+        """Learns from a finished step; returns any parameter changes it made."""
+        return []
+
+
+def top_indices(values: list[float], k: int) -> list[int]:
+    """Indices of the k largest values, ties broken by lower index (stable and deterministic).
+
+    >>> top_indices([0.1, 0.5, 0.5, 0.2], 2)
+    [1, 2]
+    """
+    order = sorted(range(len(values)), key=lambda i: (-values[i], i))
+    return order[:max(k, 0)]
+
+
+def rerank_top(tree: DraftTree, m: int) -> Rerank:
+    """Keeps the root and the m draft nodes of highest path score, ancestor-closed.
+
+    Scores never grow along a path, so the best m are ancestor-closed up to
+    ties; ties are broken towards earlier (shallower) nodes, which keeps closure.
+    """
+    drafted = list(range(1, len(tree)))
+    best = set(sorted(drafted, key=lambda i: (-tree.score[i], tree.depth[i], i))[:m])
+    keep = [0] + [i for i in drafted if i in best and _ancestors_in(tree, i, best)]
+    pruned = {i: Decision(kept=False, expanded=False, reason="rerank") for i in drafted if i not in keep}
+    return Rerank(keep=keep, pruned=pruned)
+
+
+def _ancestors_in(tree: DraftTree, node: int, chosen: set[int]) -> bool:
+    parent = tree.parent[node]
+    while parent > 0:
+        if parent not in chosen:
+            return False
+        parent = tree.parent[parent]
+    return True

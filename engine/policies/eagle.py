@@ -1,0 +1,41 @@
+"""`eagle`: the EAGLE-2/3 dynamic tree.
+
+Each layer grows the K frontier nodes of highest cumulative path score by
+their top-K children; every child is kept as a rerank candidate, the best K by
+path score form the next frontier. After D layers the tree is reranked to the
+m nodes of highest path score (defaults from EAGLE-2: D=7, K=10, m=60).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from engine.policies.base import Decision, LayerSelection, Policy, PolicyParams, Pool, Rerank, rerank_top, top_indices
+from engine.tree import DraftTree
+
+
+class EagleParams(PolicyParams):
+    depth: int = Field(7, ge=1, le=32, description="draft layers (D)")
+    top_k: int = Field(10, ge=1, le=64, description="children per node and frontier width (K)")
+    total: int = Field(60, ge=1, le=512, description="draft nodes kept by the final rerank (m)")
+
+
+class EaglePolicy(Policy):
+    name = "eagle"
+    Params = EagleParams
+
+    def children_per_node(self, depth: int) -> int:
+        return self.params.top_k
+
+    def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
+        last = pool.depth >= self.params.depth
+        frontier = set() if last else set(top_indices(pool.score, self.params.top_k))
+        threshold = min((pool.score[i] for i in frontier), default=None)
+        decisions = [
+            Decision(kept=True, expanded=i in frontier, reason="depth_limit" if last else "topk", threshold=threshold)
+            for i in range(len(pool))
+        ]
+        return LayerSelection(decisions=decisions, threshold=threshold)
+
+    def finalize(self, tree: DraftTree) -> Rerank:
+        return rerank_top(tree, self.params.total)
