@@ -33,14 +33,20 @@ class Proposal:
 class Drafter(ABC):
     name: str
     model_name: str | None = None
+    # Target layers whose inputs a feature-level drafter (an EAGLE-3 head) reads; the engine
+    # then hands it those hidden states, concatenated, for every token the target has processed.
+    feature_layers: tuple[int, ...] = ()
 
     def __init__(self) -> None:
         self.forwards = 0  # model forwards so far in this run (δ counts them)
         self.forward_ms = 0.0  # time spent in those forwards
 
     @abstractmethod
-    def start(self, context: list[int]) -> None:
-        """Begins a request; `context` is the prompt's token ids, the root last."""
+    def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
+        """Begins a request; `context` is the prompt's token ids, the root last.
+
+        `features` [len(context) - 1, F]: the target's features for every context token but the
+        root (only when `feature_layers` is set)."""
 
     @abstractmethod
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
@@ -48,7 +54,11 @@ class Drafter(ABC):
         """Up to k children for each frontier node (nodes may get none)."""
 
     @abstractmethod
-    def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int]) -> None:
+    def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
+               features: torch.Tensor | None = None) -> None:
         """Follows verification: `accepted_path` are tree indices from the root;
         `emitted` are the tokens appended to the context (accepted drafts, then
-        the recovered or bonus token, which is the next root)."""
+        the recovered or bonus token, which is the next root).
+
+        `features` [len(accepted_path), F]: the target's features at the accepted path's nodes
+        (only when `feature_layers` is set)."""
