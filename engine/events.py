@@ -84,6 +84,7 @@ class DraftLayer(_Event):
 
 class TreeNode(BaseModel):
     node: int
+    origin: int  # the node's index in the tree before rerank (as in draft_layer candidates)
     parent: int
     token: int
     text: str
@@ -143,9 +144,10 @@ class StepMetrics(_Event):
     depth: int
     width: int  # the widest layer of the verified tree
     draft_forwards: int
-    draft_ms: float
-    verify_ms: float
-    other_ms: float
+    draft_ms: float  # the whole drafting phase: drafter and policy
+    draft_forward_ms: float  # of which inside the drafter's model forwards
+    verify_ms: float  # the target's forward over the tree
+    other_ms: float  # acceptance, cache compaction, bookkeeping, events
     new_tokens: int  # total so far
 
 
