@@ -1,0 +1,50 @@
+"""The FastAPI app: the engine is loaded once in the lifespan; routes only validate and relay."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Callable
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from app.line import RunLine
+from app.pages import router as pages_router
+from app.settings import ServerSettings
+from app.ws import router as ws_router
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC_DIR = ROOT / "static"
+
+EngineFactory = Callable[[ServerSettings], Any]
+
+
+def load_configured_engine(settings: ServerSettings) -> Any:
+    from engine.loading import load_engine
+
+    return load_engine(target=settings.target, draft=settings.draft, head=settings.head,
+                       drafter=settings.drafter, dtype=settings.dtype, device=settings.device)
+
+
+def create_app(settings: ServerSettings | None = None, engine_factory: EngineFactory = load_configured_engine) -> FastAPI:
+    settings = settings or ServerSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.settings = settings
+        app.state.engine = engine_factory(settings)
+        app.state.line = RunLine(settings.max_waiting)
+        # One worker: the model serves one run at a time, and torch state stays on one thread.
+        app.state.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specscope-engine")
+        try:
+            yield
+        finally:
+            app.state.executor.shutdown(wait=True, cancel_futures=True)
+
+    app = FastAPI(title="specscope", lifespan=lifespan)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.include_router(pages_router)
+    app.include_router(ws_router)
+    return app
