@@ -1,0 +1,145 @@
+// Pure front-end module: event folding, tree layout, formatting, URL state, comparison.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  compareRows, decodeSetup, describeNode, encodeSetup, foldEvents, layoutTree, outputSegments,
+  paramControls, shadeClass, splitRuns, stepEnds, tokenLabel, treeShape,
+} from "../../static/js/core.js";
+
+const header = { schema_version: 1, run_id: "r1", policy: "talon" };
+
+function candidate(parent, token, text, depth, score, kept, node, reason) {
+  return { parent, token, text, depth, q: score, score, source: "draft-lm", kept, expanded: kept, reason,
+           threshold: null, node, detail: {} };
+}
+
+// Step 0: root -> a(1), b(2) kept, c pruned; layer 2: a -> d(3) kept, e pruned.
+// Rerank drops b (old 2), so the verified tree is [root, a, d] = old [0, 1, 3].
+const stepEvents = [
+  { ...header, type: "draft_layer", step: 0, depth: 1, threshold: null, anchor: null, candidates: [
+    candidate(0, 97, "a", 1, 0.6, true, 1, "topk"),
+    candidate(0, 98, " b", 1, 0.3, true, 2, "topk"),
+    candidate(0, 99, "c", 1, 0.05, false, null, "budget"),
+  ] },
+  { ...header, type: "draft_layer", step: 0, depth: 2, threshold: 0.02, anchor: 0.5, candidates: [
+    candidate(1, 100, "\n", 2, 0.5, true, 3, "threshold"),
+    candidate(1, 101, "e", 2, 0.01, false, null, "below_threshold"),
+  ] },
+  { ...header, type: "tree", step: 0, nodes: [
+    { node: 0, parent: -1, token: 42, text: "x", depth: 0, q: 1, score: 1, source: "root" },
+    { node: 1, parent: 0, token: 97, text: "a", depth: 1, q: 0.6, score: 0.6, source: "draft-lm" },
+    { node: 2, parent: 1, token: 100, text: "\n", depth: 2, q: 0.5, score: 0.5, source: "draft-lm" },
+  ], pruned: [candidate(0, 98, " b", 1, 0.3, false, 2, "rerank")] },
+  { ...header, type: "verify", step: 0, nodes: [
+    { node: 1, token: 97, p: 0.9, q: 0.6, verdict: "accepted" },
+    { node: 2, token: 100, p: 0.1, q: 0.5, verdict: "rejected" },
+  ], emitted: { parent: 1, token: 102, text: "f", p: 0.8, kind: "recovered" }, accepted_path: [0, 1] },
+  { ...header, type: "text", step: 0, tokens: [97, 102], text: "af", accepted: 1 },
+  { ...header, type: "step_metrics", step: 0, accepted: 1, emitted: 2, tree_size: 2, depth: 2, width: 1,
+    draft_forwards: 2, draft_ms: 1, verify_ms: 2, other_ms: 0, new_tokens: 2 },
+];
+
+test("tokenLabel_makes_whitespace_visible", () => {
+  assert.equal(tokenLabel(" the\n"), "␣the↵");
+  assert.equal(tokenLabel("\t"), "⇥");
+  assert.equal(tokenLabel(""), "∅");
+});
+
+test("fold_maps_verify_verdicts_through_the_rerank_to_pre_rerank_nodes", () => {
+  const step = foldEvents(stepEvents).steps[0];
+  assert.deepEqual(step.postToId, ["n0", "n1", "n3"]);
+  assert.equal(step.nodes.get("n1").status, "accepted");
+  assert.equal(step.nodes.get("n3").status, "rejected");
+  assert.equal(step.nodes.get("n2").status, "pruned");
+  assert.equal(step.nodes.get("n2").reason, "rerank");
+  assert.equal(step.nodes.get("emitted").status, "recovered");
+  assert.equal(step.nodes.get("emitted").parent, "n1");
+  assert.equal(step.nodes.get("n0").text, "x");
+});
+
+test("fold_uses_origin_when_the_tree_event_gives_it", () => {
+  const events = structuredClone(stepEvents);
+  events[2].nodes.forEach((n, i) => { n.origin = [0, 1, 3][i]; });
+  assert.deepEqual(foldEvents(events).steps[0].postToId, ["n0", "n1", "n3"]);
+});
+
+test("fold_builds_nodes_from_the_tree_event_when_no_draft_layers_were_seen", () => {
+  const step = foldEvents(stepEvents.slice(2)).steps[0];
+  assert.equal(step.nodes.get(step.postToId[2]).status, "rejected");
+  assert.equal(step.nodes.get(step.postToId[2]).parent, step.postToId[1]);
+});
+
+test("partial_fold_shows_the_tree_growing_layer_by_layer", () => {
+  const step = foldEvents(stepEvents.slice(0, 1)).steps[0];
+  assert.equal(step.nodes.size, 4); // root + 3 candidates
+  assert.equal(step.nodes.get("n1").status, "kept");
+  assert.equal(step.phase, "draft");
+});
+
+test("layout_places_children_right_of_parents_and_parents_between_children", () => {
+  const layout = layoutTree(foldEvents(stepEvents).steps[0]);
+  const byId = new Map(layout.nodes.map((n) => [n.id, n]));
+  assert.ok(byId.get("n1").x > byId.get("n0").x);
+  assert.ok(byId.get("n3").x > byId.get("n1").x);
+  const kids = layout.nodes.filter((n) => n.parent === "n0").map((n) => n.y);
+  const rootY = byId.get("n0").y;
+  assert.ok(rootY >= Math.min(...kids) && rootY <= Math.max(...kids));
+  assert.equal(layout.edges.length, layout.nodes.length - 1);
+});
+
+test("layout_caps_pruned_candidates_per_parent_and_counts_the_rest", () => {
+  const layout = layoutTree(foldEvents(stepEvents).steps[0], { maxPruned: 0 });
+  const root = layout.nodes.find((n) => n.id === "n0");
+  assert.equal(root.hiddenPruned, 1);
+  assert.ok(!layout.nodes.some((n) => n.id === "c1.2"));
+  assert.ok(layout.nodes.some((n) => n.id === "n2"), "rerank-pruned nodes stay drawn");
+});
+
+test("tree_shape_counts_verified_depth_and_widest_layer", () => {
+  assert.deepEqual(treeShape(foldEvents(stepEvents).steps[0]), { depth: 2, width: 1, size: 2 });
+});
+
+test("describeNode_explains_the_decision", () => {
+  const step = foldEvents(stepEvents).steps[0];
+  const rows = Object.fromEntries(describeNode(step.nodes.get("c2.1")));
+  assert.match(rows.decision, /below the layer threshold/);
+  assert.equal(rows.token, '"e"');
+  assert.equal(rows["target p"], "not verified");
+});
+
+test("output_segments_group_by_step_and_fall_back_to_the_final_text", () => {
+  const run = foldEvents(stepEvents);
+  assert.deepEqual(outputSegments(run).map((s) => s.text), ["af"]);
+  run.finished = { text: "different", new_tokens: 2 };
+  assert.deepEqual(outputSegments(run).map((s) => s.text), ["different"]);
+  assert.equal(shadeClass(12), "shade-8");
+});
+
+test("setup_round_trips_through_the_url", () => {
+  const setup = { prompt: "Hi & <b>", policy: "talon", seed: 3, temperature: 0, max_new_tokens: 64,
+                  params: { mu: 0.05, budget: 40, sample: true } };
+  assert.deepEqual(decodeSetup("?" + encodeSetup(setup)), setup);
+});
+
+test("param_controls_carry_schema_defaults_and_bounds", () => {
+  const schema = { properties: { mu: { type: "number", default: 0.03, exclusiveMinimum: 0, maximum: 1, title: "Mu", description: "gate (μ)" } } };
+  const [mu] = paramControls(schema);
+  assert.deepEqual([mu.name, mu.value, mu.min, mu.max, mu.kind], ["mu", 0.03, 0, 1, "number"]);
+});
+
+test("compare_rows_give_speedup_and_identity_against_ar", () => {
+  const ar = { tokens_per_s: 10, text: "abc", tau: 1, delta: 0, steps: 3 };
+  const rows = compareRows([{ label: "talon", finished: { tokens_per_s: 25, text: "abc", tau: 3, delta: 4, steps: 1 } },
+                            { label: "eagle", finished: { tokens_per_s: 20, text: "abd", tau: 2, delta: 7, steps: 2 } }], ar);
+  assert.equal(rows[0].speedup, 2.5);
+  assert.equal(rows[0].identical, true);
+  assert.equal(rows[1].identical, false);
+});
+
+test("replay_helpers_split_runs_and_find_step_ends", () => {
+  const other = stepEvents.map((e) => ({ ...e, run_id: "r2" }));
+  const runs = splitRuns([...stepEvents, ...other]);
+  assert.deepEqual(runs.map((r) => r.runId), ["r1", "r2"]);
+  assert.deepEqual(stepEnds(stepEvents), [{ step: 0, end: 6 }]);
+});
