@@ -8,11 +8,12 @@ from pydantic import ValidationError
 
 from engine.policies.ar import ArPolicy
 from engine.policies.base import Policy
+from engine.policies.cast import CastPolicy
 from engine.policies.chain import ChainPolicy
 from engine.policies.eagle import EaglePolicy
 from engine.policies.talon import TalonPolicy
 
-POLICIES: dict[str, type[Policy]] = {p.name: p for p in (ArPolicy, ChainPolicy, EaglePolicy, TalonPolicy)}
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (ArPolicy, ChainPolicy, EaglePolicy, TalonPolicy, CastPolicy)}
 
 
 class PolicyError(ValueError):

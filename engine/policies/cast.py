@@ -1,0 +1,253 @@
+"""`cast`: a cost-aware dynamic tree (CAST, Hong, Tan & Hu, ICLR 2026).
+
+CAST keeps EAGLE-2/3's tree (grow the best frontier nodes by their top-K
+children, keep every child as a rerank candidate, rerank by path score) but
+sizes each part by utility per unit of measured cost instead of fixed K, D, m.
+Utility is expected accepted tokens: a node's path score (product of draft
+probabilities from the root) estimates the chance the target accepts it, so
+the utility of a set of nodes is the sum of their scores. Costs are ms read
+from the cost table `specscope profile` writes (context["cost_table"]).
+
+Our reading of the paper (its code was not available to us):
+
+width   Each layer's candidates are sorted by path score v(1) ≥ v(2) ≥ …. Taking
+        the best k as the frontier has utility u_k = v(1)+…+v(k) and costs the
+        draft's forward of k tokens, c_k. The best candidate is always grown
+        (whether to grow at all is the depth rule's call); from the current k'
+        the frontier extends to the k > k' with the largest marginal ratio
+        (u_k − u_k')/(c_k − c_k'), while that ratio is ≥ C1. Jumping to the best
+        ratio, not the next k, is our robust choice where utility per cost is
+        not concave: measured costs are steps (a GPU runs 17 tokens as fast as
+        32), so a single node may look dear while the next eight together are cheap.
+        A non-positive marginal cost makes the jump free.
+        With linear cost c_k = λk + δ every ratio is v(k)/λ, so C1 = v(K)/λ keeps
+        exactly the top K: EAGLE's frontier (the paper's Theorem 4.1, batch 1).
+depth   φ_i = u_{i+1}/u_i says how much utility a layer keeps from the one above.
+        A FIFO buffer holds the last R such ratios (across steps of a request,
+        initialised to 1); another layer is drafted only while the predicted
+        utility mean(φ)·u_i per ms of the draft forward that makes it is ≥ C2.
+rerank  All drafted nodes, ordered by path score (ancestor-closed: a child
+        never outscores its parent), are cut to m by the same marginal rule over
+        the target's verify cost of m + 1 tokens (root included), threshold C3.
+
+C1–C3 are in expected tokens per ms, so they depend on device and model; the
+paper gives none; docs/cast.md records the sweep that chose the defaults.
+Every decision's detail carries the utility, cost, ratio and threshold behind it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import deque
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from engine.costs import CostTable
+from engine.policies.base import Decision, LayerSelection, Policy, PolicyParams, Pool, Rerank
+from engine.tree import DraftTree
+
+
+class CastParams(PolicyParams):
+    c1: float = Field(0.02, ge=0, description="width: least marginal utility per draft ms to widen a layer (C1)")
+    c2: float = Field(0.005, ge=0, description="depth: least predicted utility per draft ms to add a layer (C2)")
+    c3: float = Field(0.02, ge=0, description="rerank: least marginal utility per verify ms to send more nodes (C3)")
+    top_k: int = Field(10, ge=1, le=64, description="children drafted per frontier node (K)")
+    max_width: int = Field(32, ge=1, le=256, description="most frontier nodes per layer")
+    max_depth: int = Field(12, ge=1, le=32, description="safety limit on draft layers")
+    max_total: int = Field(128, ge=1, le=512, description="most draft nodes sent to verification")
+    window: int = Field(4, ge=1, le=64, description="gain ratios φ remembered by the depth rule (R)")
+    batch: int = Field(1, ge=1, le=256, description="batch size the costs are read at")
+
+
+@dataclass
+class MarginalChoice:
+    """How many of the sorted items a marginal walk kept, and the ratio that admitted or stopped each."""
+
+    count: int
+    ratio: list[float]  # [N] per item: the hull step's ratio that admitted it, or the best it was offered
+    gain: list[float]  # [N] marginal utility of that step
+    spend: list[float]  # [N] marginal cost of that step
+
+
+def marginal_walk(utility: list[float], cost: list[float], threshold: float, start: int = 0) -> MarginalChoice:
+    """Walks the upper concave envelope of (cost, utility) from `start` while its slope is ≥ threshold.
+
+    `utility[k]` and `cost[k]` belong to taking the first k items (index 0: none), so both have
+    N + 1 entries. From the current k' the walk jumps to the k > k' of largest slope
+    (u_k − u_k')/(c_k − c_k'), the furthest on ties; a jump that costs nothing is free.
+    Slopes equal to the threshold up to float rounding pass, so a threshold set to an item's own
+    ratio keeps that item.
+
+    >>> marginal_walk([0, 3, 5, 6], [0, 1, 2, 3], threshold=2).count
+    2
+    >>> marginal_walk([0, 3, 4, 7], [0, 1, 2, 3], threshold=2).count  # item 3 redeems item 2
+    3
+    """
+    n = len(utility) - 1
+    ratio, gain, spend = [0.0] * n, [0.0] * n, [0.0] * n
+    here = start
+    while here < n:
+        best_k, best_ratio = here + 1, float("-inf")
+        for k in range(here + 1, n + 1):
+            slope = _slope(utility[k] - utility[here], cost[k] - cost[here])
+            if slope >= best_ratio:
+                best_k, best_ratio = k, slope
+        passes = best_ratio >= threshold * (1 - 1e-9) if threshold > 0 else best_ratio >= threshold
+        for item in range(here, best_k if passes else n):
+            ratio[item] = best_ratio
+            gain[item] = utility[best_k] - utility[here]
+            spend[item] = cost[best_k] - cost[here]
+        if not passes:
+            break
+        here = best_k
+    return MarginalChoice(count=here, ratio=ratio, gain=gain, spend=spend)
+
+
+def _slope(gain: float, spend: float) -> float:
+    if spend <= 0:
+        return float("inf") if gain > 0 else 0.0
+    return gain / spend
+
+
+class CastPolicy(Policy):
+    name = "cast"
+    Params = CastParams
+
+    def __init__(self, params: CastParams, context: dict | None = None):
+        super().__init__(params, context)
+        self.costs = _cost_table(self.context)
+        self.start_run()
+
+    def start_run(self) -> None:
+        self.gains: deque[float] = deque([1.0] * self.params.window, maxlen=self.params.window)
+        self._layer_utility: dict[int, float] = {}
+        self._prefix_len = 0
+
+    def children_per_node(self, depth: int) -> int:
+        return self.params.top_k
+
+    def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
+        if pool.depth == 1:
+            self._layer_utility = {}
+        self._prefix_len = pool.prefix_len
+        context = pool.prefix_len + len(tree)
+        ranked = sorted(range(len(pool)), key=lambda i: (-pool.score[i], i))
+        width = self._width(pool, ranked, context)
+        decisions = self._width_decisions(pool, ranked, width)
+        frontier = ranked[:width.count]
+        utility = sum(pool.score[i] for i in frontier)
+        self._remember_gain(pool.depth, utility)
+        stop = self._depth_stop(pool.depth, utility, width.count, context)
+        if stop is not None:
+            for decision in decisions:
+                decision.expanded = False
+                decision.reason = "depth_limit"
+                decision.detail.update(stop)
+                decision.threshold = self.params.c2
+        threshold = min((pool.score[i] for i in frontier), default=None)
+        return LayerSelection(decisions=decisions, threshold=threshold)
+
+    def _width(self, pool: Pool, ranked: list[int], context: int) -> MarginalChoice:
+        """The frontier size: the best candidate, then the marginal walk over draft cost (C1)."""
+        considered = ranked[:self.params.max_width]
+        utility = [0.0]
+        for i in considered:
+            utility.append(utility[-1] + pool.score[i])
+        cost = [self.costs.draft_cost(k, context, self.params.batch) for k in range(len(considered) + 1)]
+        return marginal_walk(utility, cost, self.params.c1, start=min(1, len(considered)))
+
+    def _width_decisions(self, pool: Pool, ranked: list[int], width: MarginalChoice) -> list[Decision]:
+        """Every candidate is kept for the rerank; the first `width.count` by score are grown."""
+        decisions: list[Decision] = [None] * len(pool)  # type: ignore[list-item]
+        for rank, i in enumerate(ranked):
+            if rank >= len(width.ratio):
+                decisions[i] = Decision(kept=True, expanded=False, reason="budget", threshold=self.params.c1,
+                                        detail={"utility": pool.score[i], "rank": rank + 1,
+                                                "max_width": self.params.max_width})
+                continue
+            detail = {"utility": pool.score[i], "rank": rank + 1, "marginal_utility": width.gain[rank],
+                      "marginal_cost_ms": width.spend[rank], "ratio": _finite(width.ratio[rank])}
+            if rank == 0:
+                detail["ratio"] = _finite(float("inf"))  # the best is grown whenever the layer grows
+            decisions[i] = Decision(kept=True, expanded=rank < width.count, reason="cost",
+                                    threshold=self.params.c1, detail=detail)
+        return decisions
+
+    def _remember_gain(self, depth: int, utility: float) -> None:
+        """Pushes φ = u_depth / u_(depth−1) into the FIFO buffer."""
+        above = self._layer_utility.get(depth - 1)
+        if above:
+            self.gains.append(utility / above)
+        self._layer_utility[depth] = utility
+
+    def _depth_stop(self, depth: int, utility: float, width: int, context: int) -> dict[str, float] | None:
+        """Why the next layer is not drafted (as decision detail), or None to grow it."""
+        phi = sum(self.gains) / len(self.gains)
+        predicted = phi * utility
+        cost = self.costs.draft_cost(width, context + width, self.params.batch)
+        ratio = _slope(predicted, cost)
+        detail = {"predicted_utility": predicted, "phi": phi, "depth_cost_ms": cost,
+                  "depth_ratio": _finite(ratio), "depth_threshold": self.params.c2}
+        if depth >= self.params.max_depth or width == 0 or ratio < self.params.c2:
+            return detail
+        return None
+
+    def finalize(self, tree: DraftTree) -> Rerank:
+        """Cuts the tree to the nodes worth their verify cost (C3), best path scores first."""
+        drafted = sorted(range(1, len(tree)), key=lambda i: (-tree.score[i], tree.depth[i], i))
+        considered = drafted[:self.params.max_total]
+        utility = [0.0]
+        for i in considered:
+            utility.append(utility[-1] + tree.score[i])
+        cost = [self.costs.verify_cost(m + 1, self._prefix_len, self.params.batch) for m in range(len(considered) + 1)]
+        choice = marginal_walk(utility, cost, self.params.c3)
+        chosen = set(considered[:choice.count])
+        keep = [0] + [i for i in range(1, len(tree)) if i in chosen and _ancestors_in(tree, i, chosen)]
+        kept = set(keep)
+        pruned = {}
+        for rank, i in enumerate(drafted):
+            if i in kept:
+                continue
+            detail = {"utility": tree.score[i], "rank": rank + 1}
+            if rank < len(choice.ratio):
+                detail.update(marginal_utility=choice.gain[rank], marginal_cost_ms=choice.spend[rank],
+                              ratio=_finite(choice.ratio[rank]))
+            else:
+                detail["max_total"] = self.params.max_total
+            pruned[i] = Decision(kept=False, expanded=False, reason="rerank", threshold=self.params.c3, detail=detail)
+        return Rerank(keep=keep, pruned=pruned)
+
+
+def _ancestors_in(tree: DraftTree, node: int, chosen: set[int]) -> bool:
+    parent = tree.parent[node]
+    while parent > 0:
+        if parent not in chosen:
+            return False
+        parent = tree.parent[parent]
+    return True
+
+
+def _finite(value: float) -> float:
+    """JSON has no infinity; a free step is reported as a very large ratio."""
+    return min(value, 1e9)
+
+
+_warned_synthetic = False
+
+
+def _cost_table(context: dict) -> CostTable:
+    """The measured table the caller passed, or a synthetic linear one with a warning (tests, first runs)."""
+    global _warned_synthetic
+    table = context.get("cost_table")
+    if isinstance(table, CostTable):
+        return table
+    if isinstance(table, str):
+        return CostTable.load(table)
+    if table is not None:
+        raise TypeError(f"cost_table must be a CostTable or a path, got {type(table).__name__}")
+    if not _warned_synthetic:
+        warnings.warn("cast: no cost table given; using synthetic linear costs (FACTS' CPU numbers). "
+                      "Run `specscope profile` for this device, model and dtype.", stacklevel=3)
+        _warned_synthetic = True
+    return CostTable.default_synthetic()

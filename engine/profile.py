@@ -1,0 +1,288 @@
+"""`specscope profile`: measures forward time of the target and the draft, writes a cost table.
+
+For every batch size B, context length (multiples of a step L) and number of
+new tokens n, the model runs one forward of B×n tokens on a cache that
+already holds the context, under the same 4-D float mask a tree verify uses.
+Each cell gets warm-up runs, then the median of repeated timed runs
+(synchronised on GPU). The table is saved under a key of device, model and
+dtype (default `~/.cache/specscope/costs/<key>.json`); cost-aware policies
+read it through `load_cost_table`, which profiles on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from transformers import DynamicCache
+
+from engine.costs import CostTable, ModelCosts, table_key
+from engine.tree import attention_bias, tree_attention_allowed
+
+DEFAULT_NS = (1, 2, 4, 8, 16, 32, 64, 96, 128)
+DEFAULT_CONTEXTS = (128, 512, 1024)
+DEFAULT_BATCHES = (1, 2, 4)
+
+
+class CostTableMissing(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What to measure: every (batch, context, n) cell, `repeats` timed runs after `warmup`."""
+
+    ns: tuple[int, ...] = DEFAULT_NS
+    contexts: tuple[int, ...] = DEFAULT_CONTEXTS
+    batches: tuple[int, ...] = DEFAULT_BATCHES
+    context_step: int = 128
+    repeats: int = 3
+    warmup: int = 1
+
+    @property
+    def cells(self) -> int:
+        return len(self.ns) * len(self.contexts) * len(self.batches)
+
+
+def device_name(device: torch.device) -> str:
+    """The accelerator's marketing name, or the CPU's model name and thread count (both set speed)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu} {torch.get_num_threads()}t ({device.type})"
+
+
+def cost_dir() -> Path:
+    from engine.embedded import cache_root
+    return cache_root() / "costs"
+
+
+def default_table_path(device: str, model: str, dtype: str) -> Path:
+    return cost_dir() / f"{table_key(device, model, dtype)}.json"
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """transformers 5 renamed `past_key_values` to `cache` (as CachedLM notes); either works here."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _filled_cache(model: torch.nn.Module, context: int, batch: int, device: torch.device) -> DynamicCache:
+    """A cache holding `context` positions for `batch` rows: one prefill, repeated along the batch.
+
+    The values are those of random tokens; timing does not depend on them.
+    """
+    cache = DynamicCache(config=model.config)
+    vocab = int(model.config.vocab_size)
+    ids = torch.randint(0, vocab, (1, context), device=device)  # [1, C]
+    with torch.inference_mode():
+        model(input_ids=ids, use_cache=True, **{_cache_kwarg(model): cache})
+    for layer in cache.layers:
+        layer.keys = layer.keys.repeat(batch, 1, 1, 1)  # [B, kv_heads, C, head_dim]
+        layer.values = layer.values.repeat(batch, 1, 1, 1)
+    return cache
+
+
+def _chain_inputs(n: int, context: int, batch: int, vocab: int, dtype: torch.dtype, device: torch.device):
+    """Token ids [B, n], position ids [B, n] and the additive mask [B, 1, n, C + n] of an n-token chain."""
+    ids = torch.randint(0, vocab, (batch, n), device=device)
+    positions = (torch.arange(n, device=device) + context).expand(batch, n)
+    allowed = tree_attention_allowed([-1] + list(range(n - 1)), prefix_len=context)  # [n, C + n]
+    mask = attention_bias(allowed, dtype).to(device).expand(batch, 1, n, context + n)
+    return ids, positions, mask
+
+
+def time_forward(model: torch.nn.Module, cache: DynamicCache, n: int, context: int, batch: int,
+                 repeats: int, warmup: int) -> float:
+    """Median ms of one forward of n new tokens per row on a cache of `context` positions."""
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    ids, positions, mask = _chain_inputs(n, context, batch, int(model.config.vocab_size), dtype, device)
+    cache_kwargs = {_cache_kwarg(model): cache}
+    times = []
+    for run in range(warmup + repeats):
+        _synchronize(device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, **cache_kwargs)
+        _synchronize(device)
+        elapsed = (time.perf_counter() - start) * 1000
+        cache.crop(-n)  # the next run starts from the same context
+        if run >= warmup:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def measure_model(model: torch.nn.Module, grid: Grid, tick: Callable[[str], None] = lambda _: None
+                  ) -> list[list[list[float]]]:
+    """ms[b][c][k] over grid.batches × grid.contexts × grid.ns."""
+    device = next(model.parameters()).device
+    table = []
+    for batch in grid.batches:
+        rows = []
+        for context in grid.contexts:
+            cache = _filled_cache(model, context, batch, device)
+            row = []
+            for n in grid.ns:
+                row.append(time_forward(model, cache, n, context, batch, grid.repeats, grid.warmup))
+                tick(f"B={batch} ctx={context} n={n}")
+            rows.append(row)
+        table.append(rows)
+    return table
+
+
+def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress: bool = True,
+            device_label: str | None = None) -> CostTable:
+    """Measures the target (and the draft, when it is a model) and returns their cost table.
+
+    `target` and `draft` are CachedLMs (anything with `.model` and `.name`) or bare models.
+    """
+    from tqdm import tqdm
+
+    target_model, target_name = _model_and_name(target)
+    models = [(target_model, target_name)]
+    if draft is not None:
+        models.append(_model_and_name(draft))
+    bar = tqdm(total=grid.cells * len(models), desc="profile", unit="cell", disable=not progress)
+    measured = []
+    for model, name in models:
+        def tick(label: str, name: str = name) -> None:
+            bar.set_postfix_str(f"{name} {label}")
+            bar.update()
+        measured.append(ModelCosts(name=name, ms=measure_model(model, grid, tick)))
+    bar.close()
+    param = next(target_model.parameters())
+    return CostTable(
+        device=device_label or device_name(param.device), dtype=str(param.dtype).replace("torch.", ""),
+        batches=list(grid.batches), contexts=list(grid.contexts), ns=list(grid.ns),
+        target=measured[0], draft=measured[1] if draft is not None else None, context_step=grid.context_step,
+        meta={"repeats": grid.repeats, "warmup": grid.warmup, "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+    )
+
+
+def _model_and_name(lm: Any) -> tuple[torch.nn.Module, str]:
+    if isinstance(lm, torch.nn.Module):
+        return lm.eval(), getattr(lm.config, "name_or_path", "") or type(lm).__name__
+    return lm.model, lm.name
+
+
+def engine_table_path(engine: Any) -> Path:
+    model, name = _model_and_name(engine.target)
+    param = next(model.parameters())
+    return default_table_path(device_name(param.device), name, str(param.dtype))
+
+
+def load_cost_table(engine: Any, profile_if_missing: bool = True, path: str | Path | None = None,
+                    grid: Grid = Grid()) -> CostTable:
+    """The cost table for the engine's target (and draft) on this device and dtype.
+
+    `engine` needs `.target` (a CachedLM) and may have `.draft_lm` (a CachedLM or None). Without a
+    saved table this profiles once, with a message saying so, and saves it; with
+    `profile_if_missing=False` it raises `CostTableMissing` naming the command to run.
+    """
+    path = Path(path) if path else engine_table_path(engine)
+    draft = getattr(engine, "draft_lm", None)
+    if path.exists():
+        table = CostTable.load(path)
+        if draft is None or (table.draft is not None and table.draft.name == draft.name):
+            return table
+        if not profile_if_missing:
+            raise CostTableMissing(f"{path} has no costs for draft {draft.name!r}; run: specscope profile")
+        print(f"specscope: cost table {path} lacks draft {draft.name!r}; profiling the draft now...", flush=True)
+        table.draft = profile(draft, None, _grid_like(table, grid)).target
+        table.save(path)
+        return table
+    if not profile_if_missing:
+        raise CostTableMissing(f"no cost table at {path}; run: specscope profile (takes a few minutes)")
+    print(f"specscope: no cost table for this device, model and dtype at {path};\n"
+          f"  cost-aware policies need one, profiling now ({grid.cells} cells per model, a few minutes on CPU)."
+          f"\n  Next time this is read from the file; `specscope profile` re-measures it.", flush=True)
+    table = profile(engine.target, draft, grid)
+    table.save(path)
+    return table
+
+
+def _grid_like(table: CostTable, grid: Grid) -> Grid:
+    return Grid(ns=tuple(table.ns), contexts=tuple(table.contexts), batches=tuple(table.batches),
+                context_step=table.context_step, repeats=grid.repeats, warmup=grid.warmup)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError("values must be positive integers")
+    return values
+
+
+def grid_from_args(args: argparse.Namespace) -> Grid:
+    """The grid the CLI asked for; contexts rounded up to multiples of the step L."""
+    step = args.context_step
+    contexts = tuple(sorted({-(-c // step) * step for c in args.contexts}))
+    ns = tuple(n for n in args.ns if n <= args.n_max) or (1,)
+    return Grid(ns=ns, contexts=contexts, batches=args.batches, context_step=step,
+                repeats=args.repeats, warmup=args.warmup)
+
+
+def register_cli(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds `specscope profile`; the engine loader's own flags are added by `add_engine_args` if given."""
+    parser = subparsers.add_parser(
+        "profile", help="measure target/draft forward time on this device and write a cost table",
+        description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="table path (default: the user cache, keyed)")
+    parser.add_argument("--ns", type=_int_list, default=DEFAULT_NS, help="new tokens per forward, e.g. 1,2,4,8")
+    parser.add_argument("--n-max", type=int, default=max(DEFAULT_NS), help="drop ns above this")
+    parser.add_argument("--contexts", type=_int_list, default=DEFAULT_CONTEXTS, help="cached tokens, e.g. 128,512")
+    parser.add_argument("--context-step", type=int, default=128, help="contexts are multiples of this step (L)")
+    parser.add_argument("--batches", type=_int_list, default=DEFAULT_BATCHES, help="batch sizes, e.g. 1,2,4")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per cell (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per cell first")
+    parser.add_argument("--no-draft", action="store_true", help="measure the target only")
+    parser.set_defaults(func=profile_command)
+    return parser
+
+
+def profile_command(args: argparse.Namespace, engine: Any | None = None) -> int:
+    """Handler of `specscope profile`: loads the engine, measures, saves, prints the summary."""
+    if engine is None:
+        engine = _load_engine(args)
+    draft = None if args.no_draft else getattr(engine, "draft_lm", None)
+    grid = grid_from_args(args)
+    table = profile(engine.target, draft, grid)
+    path = table.save(args.out or engine_table_path(engine))
+    print(f"wrote {path}")
+    for line in table.summary():
+        print("  " + line)
+    return 0
+
+
+def _load_engine(args: argparse.Namespace) -> Any:
+    from engine.loading import load_engine  # the lead's loader; imported late so tests need no model
+    return load_engine(args)
+
+
+if __name__ == "__main__":  # lets `python -m engine.profile` work before the CLI wires it in
+    root = argparse.ArgumentParser(prog="specscope")
+    register_cli(root.add_subparsers(dest="command", required=True))
+    parsed = root.parse_args()
+    raise SystemExit(parsed.func(parsed))

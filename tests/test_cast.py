@@ -1,0 +1,199 @@
+"""The cast policy on synthetic pools: EAGLE as its linear-cost special case, and the shapes its rules imply."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine.costs import CostTable
+from engine.events import Candidate
+from engine.policies import POLICIES, make_policy
+from engine.policies.base import Pool
+from engine.policies.cast import CastPolicy, marginal_walk
+from engine.policies.eagle import EaglePolicy
+from engine.tree import DraftTree
+
+PEAKED = [0.9, 0.05, 0.02, 0.01, 0.01, 0.005, 0.003, 0.001, 0.0005, 0.0005]  # low entropy
+FLAT = [0.1] * 10  # high entropy
+
+
+def make_cast(table: CostTable, **params) -> CastPolicy:
+    return make_policy("cast", params, {"cost_table": table})
+
+
+def random_pool(rng: random.Random, frontier: int, children: int, depth: int = 2) -> tuple[DraftTree, Pool]:
+    """A tree with `frontier` nodes at depth - 1 and a pool of their children with random draft probabilities."""
+    tree = DraftTree.with_root(0)
+    parents = [0]
+    for d in range(1, depth):
+        parents = [tree.add(parents[0], token=100 * d + j, q=q, score=q * tree.score[parents[0]])
+                   for j, q in enumerate(_random_distribution(rng, frontier))]
+    pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], prefix_len=300)
+    for p in parents:
+        for j, q in enumerate(_random_distribution(rng, children)):
+            pool.parent.append(p)
+            pool.token.append(1000 + 10 * p + j)
+            pool.q.append(q)
+            pool.score.append(tree.score[p] * q)
+            pool.source.append("test")
+            pool.sampled.append(False)
+    return tree, pool
+
+
+def _random_distribution(rng: random.Random, k: int) -> list[float]:
+    """The top k probabilities of a random distribution, best first (they sum to less than 1)."""
+    weights = sorted((rng.expovariate(1.0) ** 3 for _ in range(k + 5)), reverse=True)
+    total = sum(weights)
+    return [w / total for w in weights[:k]]
+
+
+def layer_pool(tree: DraftTree, frontier: list[int], child_q: list[float], depth: int) -> Pool:
+    """Every frontier node gets the same children distribution `child_q`."""
+    pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], prefix_len=300)
+    for p in frontier:
+        for j, q in enumerate(child_q):
+            pool.parent.append(p)
+            pool.token.append(j)
+            pool.q.append(q)
+            pool.score.append(tree.score[p] * q)
+            pool.source.append("test")
+            pool.sampled.append(False)
+    return pool
+
+
+def grow(policy: CastPolicy, child_q: list[float], steps: int = 1) -> tuple[DraftTree, list[int]]:
+    """Drafts `steps` steps the way the engine does; returns the last step's tree and its layer widths."""
+    policy.start_run()
+    for _ in range(steps):
+        tree, frontier, widths, depth = DraftTree.with_root(0), [0], [], 1
+        while frontier:
+            pool = layer_pool(tree, frontier, child_q[:policy.children_per_node(depth)], depth)
+            selection = policy.select_layer(tree, pool)
+            frontier = []
+            for i, decision in enumerate(selection.decisions):
+                if decision.kept:
+                    node = tree.add(pool.parent[i], pool.token[i], pool.q[i], pool.score[i])
+                    if decision.expanded:
+                        frontier.append(node)
+            widths.append(len(frontier))
+            depth += 1
+    return tree, widths
+
+
+def test_cast_is_registered():
+    assert POLICIES["cast"] is CastPolicy
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_linear_cost_width_equals_eagle_top_k(seed):
+    """CAST Theorem 4.1 (batch 1): with c_k = λk + δ and C1 = v(K)/λ, the frontier is EAGLE's top K."""
+    rng = random.Random(seed)
+    top_k = rng.randint(2, 10)
+    lam, delta = rng.uniform(0.05, 5.0), rng.uniform(0.0, 50.0)
+    tree, pool = random_pool(rng, frontier=rng.randint(1, 10), children=top_k, depth=rng.randint(1, 4))
+    if len(pool) < top_k:
+        pytest.skip("pool smaller than K")
+    kth_value = sorted(pool.score, reverse=True)[top_k - 1]
+    table = CostTable.linear(lam=10.0, delta=40.0, draft_lam=lam, draft_delta=delta)
+    cast = make_cast(table, c1=kth_value / lam, c2=0.0, top_k=top_k, max_width=256, max_depth=32)
+    eagle = EaglePolicy(EaglePolicy.Params(top_k=top_k, depth=32))
+
+    cast_frontier = {i for i, d in enumerate(cast.select_layer(tree, pool).decisions) if d.expanded}
+    eagle_frontier = {i for i, d in enumerate(eagle.select_layer(tree, pool).decisions) if d.expanded}
+    assert cast_frontier == eagle_frontier
+    assert len(cast_frontier) == top_k
+
+
+def test_linear_cost_rerank_keeps_nodes_whose_score_pays_for_their_verify_cost():
+    rng = random.Random(7)
+    tree, pool = random_pool(rng, frontier=6, children=8)
+    for i in range(len(pool)):
+        tree.add(pool.parent[i], pool.token[i], pool.q[i], pool.score[i])
+    lam = 1.6
+    c3 = 0.02
+    rerank = make_cast(CostTable.linear(lam=lam, delta=42.0), c3=c3).finalize(tree)
+    expected = [i for i in range(1, len(tree)) if tree.score[i] >= c3 * lam]
+    assert rerank.keep == [0] + expected
+    assert all(d.reason == "rerank" and d.threshold == c3 for d in rerank.pruned.values())
+
+
+@pytest.mark.parametrize("pool_shape, steep, expected", [
+    ("flat", False, 32), ("flat", True, 1), ("peaked", False, 2), ("peaked", True, 1)])
+def test_width_widens_for_flat_pools_and_cheap_drafts(pool_shape, steep, expected):
+    child_q = FLAT if pool_shape == "flat" else PEAKED
+    draft_lam = 20.0 if steep else 2.0
+    cast = make_cast(CostTable.linear(1.6, 42.0, draft_lam=draft_lam, draft_delta=4.0), c1=0.02, c2=0.0,
+                     max_width=32, max_depth=2)
+    tree = DraftTree.with_root(0)
+    pool = layer_pool(tree, [0], child_q * 4 if pool_shape == "flat" else child_q, depth=1)
+    width = sum(d.expanded for d in cast.select_layer(tree, pool).decisions)
+    assert width == min(expected, len(pool))
+
+
+def test_free_extra_nodes_are_taken_when_costs_step():
+    """A GPU-like step cost: the 9th node is dear, the 10th to 16th come free with it; the walk takes them."""
+    cost = [0, 5, 5, 5, 5, 5, 5, 5, 5, 9, 9, 9, 9, 9, 9, 9, 9]
+    utility = [0.0]
+    for k in range(16):
+        utility.append(utility[-1] + 0.3)
+    assert marginal_walk(utility, cost, threshold=0.5, start=1).count == 16
+    assert marginal_walk(utility, cost, threshold=1.0, start=1).count == 8
+
+
+def test_confident_drafts_grow_deeper_than_uncertain_ones():
+    table = CostTable.linear(1.6, 42.0, draft_lam=0.2, draft_delta=4.0)
+    _, peaked_widths = grow(make_cast(table, c1=0.02, c2=0.01, max_width=8, max_depth=16), PEAKED, steps=3)
+    _, flat_widths = grow(make_cast(table, c1=0.02, c2=0.01, max_width=8, max_depth=16), FLAT, steps=3)
+    assert len(peaked_widths) > len(flat_widths)
+    assert flat_widths[0] > peaked_widths[0]
+
+
+def test_steep_draft_cost_makes_shallower_trees():
+    cheap = CostTable.linear(1.6, 42.0, draft_lam=0.05, draft_delta=1.0)
+    dear = CostTable.linear(1.6, 42.0, draft_lam=0.5, draft_delta=20.0)
+    _, cheap_widths = grow(make_cast(cheap, c2=0.01, max_depth=32), PEAKED, steps=3)
+    _, dear_widths = grow(make_cast(dear, c2=0.01, max_depth=32), PEAKED, steps=3)
+    assert len(cheap_widths) > len(dear_widths) >= 1
+
+
+def test_gain_buffer_learns_across_steps_and_resets_per_run():
+    table = CostTable.linear(1.6, 42.0, draft_lam=0.2, draft_delta=4.0)
+    cast = make_cast(table, c2=0.01, window=4)
+    grow(cast, FLAT, steps=3)
+    assert max(cast.gains) < 1.0
+    cast.start_run()
+    assert list(cast.gains) == [1.0] * 4
+
+
+def test_steep_verify_cost_sends_fewer_nodes():
+    tree, _ = grow(make_cast(CostTable.linear(1.6, 42.0, draft_lam=0.05, draft_delta=1.0), c2=0.001,
+                             max_width=8, max_depth=4), FLAT)
+    flat = make_cast(CostTable.linear(0.1, 20.0), c3=0.02).finalize(tree)
+    steep = make_cast(CostTable.linear(5.0, 20.0), c3=0.02).finalize(tree)
+    assert 1 < len(steep.keep) < len(flat.keep) <= len(tree)
+
+
+def test_every_decision_says_why_with_utility_cost_and_threshold():
+    table = CostTable.linear(1.6, 42.0, draft_lam=0.3, draft_delta=4.0)
+    cast = make_cast(table, c2=0.02, max_width=8)
+    tree = DraftTree.with_root(0)
+    selection = cast.select_layer(tree, layer_pool(tree, [0], PEAKED, depth=1))
+    for d in selection.decisions:
+        assert d.reason in {"cost", "depth_limit", "budget"}
+        assert d.threshold is not None and "utility" in d.detail
+        assert d.reason != "cost" or "marginal_cost_ms" in d.detail
+        Candidate(parent=0, token=1, text="x", depth=1, q=0.1, score=0.1, source="t", kept=d.kept,
+                  expanded=d.expanded, reason=d.reason, threshold=d.threshold, detail=d.detail)
+    grown, _ = grow(cast, PEAKED)
+    for d in cast.finalize(grown).pruned.values():
+        assert d.reason == "rerank" and d.threshold == cast.params.c3
+        assert "marginal_cost_ms" in d.detail or "max_total" in d.detail
+
+
+def test_without_a_cost_table_cast_warns_and_uses_synthetic_costs():
+    import engine.policies.cast as cast_module
+    cast_module._warned_synthetic = False
+    with pytest.warns(UserWarning, match="specscope profile"):
+        cast = make_policy("cast", {})
+    assert cast.costs.synthetic
