@@ -34,7 +34,7 @@ def create_app(settings: ServerSettings | None = None, engine_factory: EngineFac
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.settings = settings
-        app.state.engine = engine_factory(settings)
+        app.state.engine = None if settings.replay_only else engine_factory(settings)
         app.state.line = RunLine(settings.max_waiting)
         # One worker: the model serves one run at a time, and torch state stays on one thread.
         app.state.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specscope-engine")

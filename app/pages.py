@@ -40,6 +40,8 @@ async def traces() -> list[dict[str, str]]:
 
 
 def describe_engine(engine: Any) -> dict[str, Any]:
+    if engine is None:
+        return {"replay_only": True, "drafters": []}
     description = dict(engine.describe()) if hasattr(engine, "describe") else {}
     description.setdefault("drafters", list(getattr(engine, "drafter_names", [])))
     return description

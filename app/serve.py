@@ -7,7 +7,7 @@ from typing import Any
 
 from app.settings import ServerSettings
 
-_OPTIONS = ("host", "port", "target", "draft", "head", "drafter", "dtype", "device")
+_OPTIONS = ("host", "port", "target", "draft", "head", "drafter", "dtype", "device", "replay_only")
 
 
 def register_cli(subparsers: Any) -> argparse.ArgumentParser:
@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drafter", help="default drafter among those loaded")
     parser.add_argument("--dtype", help="model dtype, e.g. float32, bfloat16")
     parser.add_argument("--device", help="cpu, cuda, ...")
+    parser.add_argument("--replay-only", action="store_true", default=None,
+                        help="load no model; the page replays the shipped traces")
 
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:

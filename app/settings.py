@@ -17,4 +17,5 @@ class ServerSettings(BaseSettings):
     drafter: str | None = Field(None, description="default drafter among those loaded")
     dtype: str | None = None
     device: str | None = None
+    replay_only: bool = Field(False, description="load no model: the page replays shipped traces only")
     max_waiting: int = Field(16, ge=1, description="runs allowed to wait in line before new ones are refused")

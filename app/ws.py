@@ -85,6 +85,8 @@ class ClientSession:
 
     def _check(self, request: GenerationRequest) -> RequestError | PolicyError | None:
         """Catches a bad request before it waits in line; the engine checks again before running."""
+        if self.state.engine is None:
+            return RequestError("this server replays recorded traces only; it has no model loaded", field=None)
         try:
             make_policy(request.policy, request.params)
         except PolicyError as err:

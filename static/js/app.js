@@ -1,0 +1,208 @@
+// Page wiring: form, live run, replay and keys. State lives in core.js folds; drawing in render.js.
+
+import { baselineKey, decodeSetup, encodeSetup, foldEvents, layoutTree, parseTrace, runSummary, splitRuns } from "./core.js";
+import { Connection, RunFailed } from "./connection.js";
+import { CompareView } from "./compare.js";
+import { fillPolicySelect, markInvalid, readParams, renderParams } from "./forms.js";
+import { Player } from "./player.js";
+import { createTooltip, el, renderMetrics, renderOutput, renderTimeline, renderTree, resetTree } from "./render.js";
+
+const $ = (id) => document.getElementById(id);
+
+const page = {
+  schemas: {},
+  baselines: new Map(), // baselineKey -> ar run_finished, for speedups
+  request: null, // the request behind what is on screen
+  connection: new Connection(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`,
+                             (position) => setStatus(`waiting for the model: place ${position} in line`)),
+  tooltip: createTooltip($("tooltip")),
+};
+page.player = new Player(scheduleDraw);
+
+function setStatus(text, kind = "") {
+  $("status").textContent = text;
+  $("status").className = `status ${kind}`;
+}
+
+// ---------------------------------------------------------------- drawing
+
+let drawPending = false;
+let shownStep = null;
+
+function scheduleDraw() {
+  if (drawPending) return;
+  drawPending = true;
+  requestAnimationFrame(() => {
+    drawPending = false;
+    draw();
+  });
+}
+
+function draw() {
+  const { player } = page;
+  const run = foldEvents(player.events.slice(0, player.cursor));
+  const whole = player.cursor === player.events.length ? run : foldEvents(player.events);
+  const step = run.steps[run.steps.length - 1];
+  if (step?.step !== shownStep) resetTree($("tree"));
+  shownStep = step?.step ?? null;
+  if (step) renderTree($("tree"), layoutTree(step), page.tooltip);
+  else $("tree").replaceChildren();
+  renderTimeline($("step-timeline"), whole, run.steps.length - 1, (i) => player.seekStep(i));
+  $("play").textContent = player.playing ? "❚❚" : "▶";
+  renderOutput($("output"), run);
+  $("output").dataset.finished = String(Boolean(run.finished));
+  renderMetrics($("metrics"), runSummary(run), speedupOf(run));
+}
+
+function speedupOf(run) {
+  if (!run.finished || !page.request) return null;
+  const ar = page.baselines.get(baselineKey(page.request));
+  return ar && ar.tokens_per_s > 0 ? run.finished.tokens_per_s / ar.tokens_per_s : null;
+}
+
+// ---------------------------------------------------------------- form
+
+function readSetup() {
+  return {
+    prompt: $("prompt").value,
+    policy: $("policy").value,
+    params: readParams($("params")),
+    temperature: Number($("temperature").value),
+    seed: Number($("seed").value),
+    max_new_tokens: Number($("max-new-tokens").value),
+  };
+}
+
+function applySetup(setup) {
+  if (setup.prompt != null) $("prompt").value = setup.prompt;
+  if (setup.temperature != null) $("temperature").value = setup.temperature;
+  if (setup.seed != null) $("seed").value = setup.seed;
+  if (setup.max_new_tokens != null) $("max-new-tokens").value = setup.max_new_tokens;
+  fillPolicySelect($("policy"), page.schemas, setup.policy ?? "talon");
+  renderParams($("params"), page.schemas[$("policy").value], setup.params ?? {});
+}
+
+function shareSetup(setup) {
+  history.replaceState(null, "", `${location.pathname}?${encodeSetup(setup)}`);
+}
+
+// ---------------------------------------------------------------- running
+
+function setRunning(running) {
+  $("run").disabled = running;
+  $("stop").disabled = !running;
+  page.compare?.setBusy(running);
+}
+
+async function runSingle(event) {
+  event.preventDefault();
+  const request = readSetup();
+  shareSetup(request);
+  markInvalid(document, null);
+  page.request = request;
+  page.player.load([], { follow: true });
+  setRunning(true);
+  setStatus(`running ${request.policy}…`, "busy");
+  try {
+    const finished = await page.connection.run(request, (e) => {
+      page.player.push(e);
+      if (e.type === "verify") setStatus(`running ${request.policy}: step ${e.step}`, "busy");
+    });
+    if (finished.policy === "ar") page.baselines.set(baselineKey(request), finished);
+    setStatus(`finished: ${finished.new_tokens} tokens in ${finished.steps} steps (${finished.stop_reason})`, "done");
+  } catch (err) {
+    reportError(err);
+  } finally {
+    setRunning(false);
+    scheduleDraw();
+  }
+}
+
+function reportError(err) {
+  if (err instanceof RunFailed) {
+    markInvalid(document, err.field);
+    setStatus(`error${err.field ? ` in ${err.field}` : ""}: ${err.message}`, "error");
+  } else {
+    setStatus(`error: ${err.message}`, "error");
+  }
+}
+
+// ---------------------------------------------------------------- replay
+
+async function loadTraceList() {
+  const traces = await (await fetch("/api/traces")).json();
+  for (const trace of traces) $("trace").append(el("option", { value: trace.url }, trace.name));
+}
+
+async function loadTrace(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
+  const runs = splitRuns(parseTrace(await response.text()));
+  const picker = $("trace-run");
+  picker.replaceChildren(...runs.map((run, i) => el("option", { value: String(i) }, `${run.policy} · ${run.runId}`)));
+  picker.hidden = runs.length < 2;
+  picker.onchange = () => showRecorded(runs[Number(picker.value)]);
+  showRecorded(runs[0]);
+}
+
+function showRecorded(recorded) {
+  const started = recorded.events.find((e) => e.type === "run_started");
+  page.request = started ? { prompt: started.prompt, seed: started.seed, temperature: started.temperature,
+                             top_k: started.top_k, top_p: started.top_p, max_new_tokens: started.max_new_tokens } : null;
+  page.player.load(recorded.events, { follow: false });
+  setStatus(`replaying ${recorded.policy}: press Space to play, arrows to step`, "done");
+}
+
+// ---------------------------------------------------------------- keys
+
+function onKey(event) {
+  if (event.target.closest("input, textarea, select, button") && event.key !== "Escape") return;
+  const actions = {
+    " ": () => page.player.toggle(),
+    ArrowRight: () => page.player.forward(),
+    ArrowLeft: () => page.player.back(),
+    r: () => page.player.reset(),
+    R: () => page.player.reset(),
+    Escape: () => page.tooltip.unpin(),
+  };
+  const action = actions[event.key];
+  if (action) {
+    event.preventDefault();
+    action();
+  }
+}
+
+// ---------------------------------------------------------------- start
+
+async function start() {
+  page.schemas = await (await fetch("/api/policies")).json();
+  const setup = decodeSetup(location.search);
+  applySetup(setup);
+  $("policy").addEventListener("change", () => renderParams($("params"), page.schemas[$("policy").value]));
+  $("run-form").addEventListener("submit", runSingle);
+  $("stop").addEventListener("click", () => page.connection.cancel());
+  $("share").addEventListener("click", () => {
+    shareSetup(readSetup());
+    navigator.clipboard?.writeText(location.href).catch(() => {});
+    setStatus("link to this setup is in the address bar", "done");
+  });
+  $("play").addEventListener("click", () => page.player.toggle());
+  $("step-timeline").querySelector("input[type=range]")
+    .addEventListener("input", (e) => page.player.seekStep(Number(e.target.value)));
+  $("trace").addEventListener("change", (e) => e.target.value && loadTrace(e.target.value).catch(reportError));
+  document.addEventListener("keydown", onKey);
+  document.addEventListener("click", () => page.tooltip.unpin());
+  page.compare = new CompareView({ schemas: page.schemas, connection: page.connection, readSetup,
+                                   baselines: page.baselines, setRunning });
+  $("compare-toggle").addEventListener("click", () => page.compare.toggle());
+  await loadTraceList();
+  if (setup.trace) {
+    $("trace").value = `/static/traces/${setup.trace}.jsonl`;
+    await loadTrace($("trace").value).catch(reportError);
+  } else {
+    setStatus("ready: type a prompt, pick a policy, press Run", "done");
+  }
+  scheduleDraw();
+}
+
+start().catch(reportError);

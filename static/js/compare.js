@@ -1,0 +1,173 @@
+// Compare mode: 2–4 panes, each its own policy and parameters, run one after another
+// on the same prompt and seed after an `ar` baseline, ending in a table.
+
+import { baselineKey, compareRows, foldEvents, formatNumber, layoutTree, runSummary } from "./core.js";
+import { fillPolicySelect, readParams, renderParams } from "./forms.js";
+import { barChart, el, renderTree } from "./render.js";
+
+const DEFAULT_PANES = ["talon", "eagle", "chain", "talon"];
+const $ = (id) => document.getElementById(id);
+
+export class CompareView {
+  constructor({ schemas, connection, readSetup, baselines, setRunning }) {
+    Object.assign(this, { schemas, connection, readSetup, baselines, setRunning });
+    this.panes = [];
+    this.stopped = false;
+    this.busy = false;
+    $("compare-add").addEventListener("click", () => this.addPane());
+    $("compare-remove").addEventListener("click", () => this.removePane());
+    $("compare-run").addEventListener("click", () => this.run());
+    $("compare-stop").addEventListener("click", () => this.stop());
+    this.addPane();
+    this.addPane();
+  }
+
+  toggle() {
+    const open = $("compare").hidden;
+    $("compare").hidden = !open;
+    document.body.classList.toggle("comparing", open);
+    $("compare-toggle").setAttribute("aria-pressed", String(open));
+    $("compare-toggle").textContent = open ? "Back to a single run" : "Compare policies";
+  }
+
+  setBusy(busy) {
+    this.busy = busy;
+    $("compare-run").disabled = busy;
+    $("compare-add").disabled = busy || this.panes.length >= 4;
+    $("compare-remove").disabled = busy || this.panes.length <= 2;
+  }
+
+  addPane() {
+    if (this.panes.length >= 4) return;
+    const pane = new Pane(this.schemas, DEFAULT_PANES[this.panes.length], this.panes.length);
+    this.panes.push(pane);
+    $("panes").append(pane.root);
+    this.setBusy(this.busy);
+  }
+
+  removePane() {
+    if (this.panes.length <= 2) return;
+    this.panes.pop().root.remove();
+    this.setBusy(this.busy);
+  }
+
+  stop() {
+    this.stopped = true;
+    this.connection.cancel();
+  }
+
+  async run() {
+    const setup = this.readSetup();
+    const requests = this.panes.map((pane) => ({ ...setup, policy: pane.policy(), params: pane.params() }));
+    this.stopped = false;
+    this.setRunning(true);
+    $("compare-table").querySelector("tbody").replaceChildren();
+    this.panes.forEach((pane) => pane.clear());
+    try {
+      const ar = await this.runOne({ ...setup, policy: "ar", params: {} }, null, "ar (baseline)");
+      this.baselines.set(baselineKey(setup), ar);
+      const results = [];
+      for (const [i, request] of requests.entries()) {
+        if (this.stopped) break;
+        const finished = await this.runOne(request, this.panes[i], `pane ${i + 1}: ${request.policy}`);
+        results.push({ label: `${i + 1}: ${request.policy}`, finished });
+      }
+      this.renderTable([{ label: "ar", finished: ar }, ...results], ar);
+      setCompareStatus(this.stopped ? "stopped" : "done: see the table below", "done");
+    } catch (err) {
+      setCompareStatus(`error${err.field ? ` in ${err.field}` : ""}: ${err.message}`, "error");
+    } finally {
+      this.setRunning(false);
+    }
+  }
+
+  async runOne(request, pane, label) {
+    setCompareStatus(`running ${label}…`, "busy");
+    const events = [];
+    return this.connection.run(request, (event) => {
+      events.push(event);
+      pane?.show(events);
+    });
+  }
+
+  renderTable(results, ar) {
+    const body = $("compare-table").querySelector("tbody");
+    body.replaceChildren();
+    for (const row of compareRows(results, ar)) {
+      const tr = el("tr");
+      const identical = row.identical == null ? "–" : row.identical ? "yes" : "no";
+      for (const value of [row.label, formatNumber(row.tokensPerS, 1), formatNumber(row.tau), formatNumber(row.delta),
+                           String(row.steps), row.speedup == null ? "–" : `${formatNumber(row.speedup)}×`, identical]) {
+        tr.append(el("td", {}, value));
+      }
+      tr.lastChild.className = row.identical === false ? "differs" : "";
+      body.append(tr);
+    }
+  }
+}
+
+function setCompareStatus(text, kind) {
+  $("compare-status").textContent = text;
+  $("compare-status").className = `status ${kind}`;
+}
+
+class Pane {
+  constructor(schemas, policy, index) {
+    this.root = el("article", { class: "pane", "data-pane": String(index + 1) });
+    const header = el("header");
+    this.select = el("select", { "aria-label": `pane ${index + 1} policy`, "data-testid": "pane-policy" });
+    fillPolicySelect(this.select, schemas, policy);
+    this.fieldset = el("fieldset", { class: "params" });
+    this.fieldset.append(el("legend", {}, "parameters"));
+    renderParams(this.fieldset, schemas[this.select.value]);
+    this.select.addEventListener("change", () => renderParams(this.fieldset, schemas[this.select.value]));
+    header.append(el("h3", {}, `Pane ${index + 1}`), this.select);
+    this.status = el("p", { class: "pane-status" }, "not run yet");
+    const scroll = el("div", { class: "tree-scroll" });
+    this.svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    this.svg.setAttribute("class", "tree");
+    this.svg.setAttribute("data-testid", "pane-tree");
+    scroll.append(this.svg);
+    this.charts = el("div", { class: "pane-charts" });
+    this.root.append(header, this.fieldset, this.status, scroll, this.charts);
+  }
+
+  policy() {
+    return this.select.value;
+  }
+
+  params() {
+    return readParams(this.fieldset);
+  }
+
+  clear() {
+    this.svg.replaceChildren();
+    this.charts.replaceChildren();
+    this.status.textContent = "waiting for its turn";
+  }
+
+  /** Redraws at most once a frame, however fast events arrive. */
+  show(events) {
+    this.events = events;
+    if (this.pending) return;
+    this.pending = true;
+    requestAnimationFrame(() => {
+      this.pending = false;
+      this.draw(this.events);
+    });
+  }
+
+  draw(events) {
+    const run = foldEvents(events);
+    const step = run.steps[run.steps.length - 1];
+    if (step) renderTree(this.svg, layoutTree(step, { maxPruned: 1 }), null);
+    const summary = runSummary(run);
+    this.status.textContent = run.finished
+      ? `${run.finished.new_tokens} tokens · τ ${formatNumber(summary.tau)} · ${formatNumber(run.finished.tokens_per_s, 1)} tokens/s`
+      : `step ${step?.step ?? 0}…`;
+    this.charts.replaceChildren(
+      barChart("depth per step", summary.series.depth, "tree-depth", { width: 160, height: 36 }),
+      barChart("width per step", summary.series.width, "tree-width", { width: 160, height: 36 }),
+    );
+  }
+}
