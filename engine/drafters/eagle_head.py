@@ -1,0 +1,177 @@
+"""An EAGLE-3 head as a drafter: tree-batched, with its own KV cache following the accepted path.
+
+The head reads pairs (token embedding, state). For a context token x_i the
+state is the target's feature of x_{i-1}; the pair sits at head position i-1.
+The head's cache holds the pairs of every context token but the root. The
+root's pair (root token, feature of the token before it) is tree node 0; a
+drafted node pairs its token with its parent's output state, since the target
+has not seen the parent yet (EAGLE-3's training-time test), and attends to the
+cache, its ancestors and itself.
+
+After verification the accepted drafts are re-read with the target's real
+features (their tree pairs used predicted states); they wait as pending pairs
+and run in the same forward as the next root, so a step costs one head
+forward per draft layer and none extra.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from engine.drafters.base import Drafter, Proposal
+from engine.head import Eagle3Head, default_feature_layers, load_head
+from engine.sampling import SamplingParams, probs_from_logits
+from engine.tree import DraftTree, ancestor_matrix, attention_bias
+
+
+class EagleHeadDrafter(Drafter):
+    name = "head"
+
+    def __init__(self, head: Eagle3Head, model_name: str | None = None, num_target_layers: int | None = None):
+        super().__init__()
+        self.head = head.eval()
+        self.model_name = model_name
+        layers = head.feature_layers or (default_feature_layers(num_target_layers) if num_target_layers else ())
+        assert len(layers) == 3, "an EAGLE-3 head reads three target layers"
+        self.feature_layers = tuple(layers)
+        self.dtype = head.fc.weight.dtype
+        self._reset_state()
+
+    @classmethod
+    def from_dir(cls, path: str | Path, target_model: torch.nn.Module, dtype: torch.dtype = torch.float32,
+                 model_name: str | None = None) -> "EagleHeadDrafter":
+        """Loads a head directory for `target_model`, sharing its input embeddings."""
+        embeddings = target_model.get_input_embeddings().weight.detach()  # [V, H]
+        head = load_head(path, embeddings, dtype)
+        return cls(head, model_name or Path(path).name, target_model.config.num_hidden_layers)
+
+    def _reset_state(self) -> None:
+        attn = self.head.midlayer.self_attn
+        empty = torch.zeros(1, attn.kv_heads, 0, attn.head_dim, dtype=self.dtype)  # [1, kv, 0, d]
+        self.cache_k, self.cache_v = empty, empty.clone()
+        self.pending_tokens: list[int] = []  # context tokens whose pairs are not in the cache yet
+        self.pending_features: list[torch.Tensor] = []  # each [F]: feature of the token before
+        self.root_feature: torch.Tensor | None = None  # [F]: feature of the token before the root
+        self.root_token: int | None = None
+        self._clear_tree()
+
+    def _clear_tree(self) -> None:
+        self.node_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # node -> k, v [1, kv, 1, d]
+        self.node_state: dict[int, torch.Tensor] = {}  # node -> output state [H]
+        self.node_logits: dict[int, torch.Tensor] = {}  # node -> [V] target-vocabulary logits
+
+    @property
+    def cache_len(self) -> int:
+        return self.cache_k.shape[2]
+
+    def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
+        assert features is not None and len(features) == len(context) - 1, "the head needs a feature per context token but the root"
+        self._reset_state()
+        self.pending_tokens = list(context[1:-1])
+        self.pending_features = list(features[:-1])
+        self.root_feature = features[-1] if len(features) else self._zero_feature()
+        self.root_token = context[-1]
+
+    def _zero_feature(self) -> torch.Tensor:
+        return torch.zeros(self.head.fc.in_features, dtype=self.dtype)
+
+    @torch.inference_mode()
+    def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
+                sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
+        logits = self.frontier_logits(tree, frontier)  # [N, V]
+        return [self._children(node, row, k, sample, sampling, generator) for node, row in zip(frontier, logits)]
+
+    def frontier_logits(self, tree: DraftTree, frontier: list[int]) -> torch.Tensor:
+        """[N, V] target-vocabulary logits of the head at each frontier node (computed once per node)."""
+        missing = [n for n in frontier if n not in self.node_logits]
+        if 0 in missing:
+            self._run_root(tree)
+            missing.remove(0)
+        if missing:
+            self._run_nodes(tree, missing)
+        return torch.stack([self.node_logits[n] for n in frontier])
+
+    def _timed_step(self, tokens, state, positions, past, bias):
+        start = time.perf_counter()
+        out = self.head.step(tokens, state, positions, past, bias)
+        self.forwards += 1
+        self.forward_ms += (time.perf_counter() - start) * 1000
+        return out
+
+    def _run_root(self, tree: DraftTree) -> None:
+        """The pending context pairs and the root pair in one causal forward; the root becomes node 0."""
+        self._clear_tree()
+        tokens = self.pending_tokens + [tree.token[0]]
+        features = torch.stack(self.pending_features + [self.root_feature])  # [M + 1, F]
+        n, past = len(tokens), self.cache_len
+        positions = torch.arange(past, past + n)[None]  # [1, M + 1]
+        causal = torch.ones(n, n, dtype=torch.bool).tril()  # [M + 1, M + 1]
+        allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), causal], dim=1)
+        state = self.head.fuse(features)[None]  # [1, M + 1, H]
+        out, (k, v) = self._timed_step(torch.tensor([tokens]), state, positions, self._past(),
+                                       attention_bias(allowed, self.dtype))
+        self.cache_k = torch.cat([self.cache_k, k[:, :, :-1]], dim=2)
+        self.cache_v = torch.cat([self.cache_v, v[:, :, :-1]], dim=2)
+        self.pending_tokens, self.pending_features = [], []
+        self._store(0, k[:, :, -1:], v[:, :, -1:], out[0, -1])
+
+    def _run_nodes(self, tree: DraftTree, nodes: list[int]) -> None:
+        """Drafted nodes: each pairs its token with its parent's output state, attending to its ancestors."""
+        done = sorted(self.node_kv)  # nodes whose keys exist, ancestors of the new ones among them
+        ancestors = ancestor_matrix(tree.parent)  # [T, T]
+        allowed_done = ancestors[nodes][:, done]  # [N, D]
+        allowed = torch.cat([torch.ones(len(nodes), self.cache_len, dtype=torch.bool), allowed_done,
+                             torch.eye(len(nodes), dtype=torch.bool)], dim=1)  # [N, P + D + N]
+        state = torch.stack([self.node_state[tree.parent[n]] for n in nodes])[None]  # [1, N, H]
+        root_position = self.cache_len  # the root pair's position once the pending pairs are cached
+        positions = torch.tensor([root_position + tree.depth[n] for n in nodes])[None]  # [1, N]
+        past_k = torch.cat([self.cache_k] + [self.node_kv[d][0] for d in done], dim=2)
+        past_v = torch.cat([self.cache_v] + [self.node_kv[d][1] for d in done], dim=2)
+        tokens = torch.tensor([[tree.token[n] for n in nodes]])
+        out, (k, v) = self._timed_step(tokens, state, positions, (past_k, past_v),
+                                       attention_bias(allowed, self.dtype))
+        for i, node in enumerate(nodes):
+            self._store(node, k[:, :, i:i + 1], v[:, :, i:i + 1], out[0, i])
+
+    def _store(self, node: int, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor) -> None:
+        self.node_kv[node] = (k, v)
+        self.node_state[node] = state
+        self.node_logits[node] = self.head.target_logits(state[None])[0]
+
+    def _past(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return (self.cache_k, self.cache_v) if self.cache_len else None
+
+    def _children(self, node: int, logits: torch.Tensor, k: int, sample: bool, sampling: SamplingParams,
+                  generator: torch.Generator) -> Proposal:
+        """Top-k children (or k draws without replacement when sampling) of one node."""
+        if k <= 0:
+            return Proposal(node=node, token=[], q=[], source=self.name)
+        if sample and not sampling.greedy:
+            q_dist = probs_from_logits(logits[None], sampling)[0]  # [V] float64
+            k = min(k, int((q_dist > 0).sum()))
+            tokens = torch.multinomial(q_dist.float(), k, replacement=False, generator=generator)
+            return Proposal(node=node, token=tokens.tolist(), q=q_dist[tokens].tolist(), source=self.name,
+                            sampled=True, q_dist=q_dist)
+        probs = torch.softmax(logits.double(), dim=-1)  # [V]
+        top = torch.topk(probs, min(k, self.head.draft_vocab_size))
+        return Proposal(node=node, token=top.indices.tolist(), q=top.values.tolist(), source=self.name)
+
+    def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
+               features: torch.Tensor | None = None) -> None:
+        assert features is not None and len(features) == len(accepted_path)
+        if 0 in self.node_kv:  # the root pair was computed with its real feature: keep it
+            k, v = self.node_kv[0]
+            self.cache_k = torch.cat([self.cache_k, k], dim=2)
+            self.cache_v = torch.cat([self.cache_v, v], dim=2)
+        else:
+            self.pending_tokens.append(tree.token[0])
+            self.pending_features.append(self.root_feature)
+        for j, node in enumerate(accepted_path[1:], start=1):
+            self.pending_tokens.append(tree.token[node])
+            self.pending_features.append(features[j - 1])
+        self.root_feature = features[-1]
+        self.root_token = emitted[-1]
+        self._clear_tree()
