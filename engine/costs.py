@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,3 +207,23 @@ def _non_decreasing(row: list[float]) -> list[float]:
         best = max(best, value)
         out.append(best)
     return out
+
+
+_warned: set[str] = set()
+
+
+def cost_table_from_context(context: dict[str, Any], policy: str) -> CostTable:
+    """The table a caller passed as context["cost_table"] (a CostTable or a path), or synthetic
+    linear costs with a one-time warning: tests and the engine's generic paths run without a profile."""
+    table = context.get("cost_table")
+    if isinstance(table, CostTable):
+        return table
+    if isinstance(table, (str, Path)):
+        return CostTable.load(table)
+    if table is not None:
+        raise TypeError(f"cost_table must be a CostTable or a path, got {type(table).__name__}")
+    if policy not in _warned:
+        warnings.warn(f"{policy}: no cost table given; using synthetic linear costs (FACTS' CPU numbers). "
+                      "Run `specscope profile` for this device, model and dtype.", stacklevel=3)
+        _warned.add(policy)
+    return CostTable.default_synthetic()

@@ -192,8 +192,8 @@ def test_every_decision_says_why_with_utility_cost_and_threshold():
 
 
 def test_without_a_cost_table_cast_warns_and_uses_synthetic_costs():
-    import engine.policies.cast as cast_module
-    cast_module._warned_synthetic = False
+    import engine.costs
+    engine.costs._warned.discard("cast")
     with pytest.warns(UserWarning, match="specscope profile"):
         cast = make_policy("cast", {})
     assert cast.costs.synthetic

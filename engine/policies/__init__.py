@@ -12,8 +12,10 @@ from engine.policies.cast import CastPolicy
 from engine.policies.chain import ChainPolicy
 from engine.policies.eagle import EaglePolicy
 from engine.policies.talon import TalonPolicy
+from engine.policies.talon_adaptive import TalonAdaptivePolicy
 
-POLICIES: dict[str, type[Policy]] = {p.name: p for p in (ArPolicy, ChainPolicy, EaglePolicy, TalonPolicy, CastPolicy)}
+POLICIES: dict[str, type[Policy]] = {
+    p.name: p for p in (ArPolicy, ChainPolicy, EaglePolicy, TalonPolicy, CastPolicy, TalonAdaptivePolicy)}
 
 
 class PolicyError(ValueError):

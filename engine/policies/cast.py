@@ -37,13 +37,12 @@ Every decision's detail carries the utility, cost, ratio and threshold behind it
 
 from __future__ import annotations
 
-import warnings
 from collections import deque
 from dataclasses import dataclass
 
 from pydantic import Field
 
-from engine.costs import CostTable
+from engine.costs import cost_table_from_context
 from engine.policies.base import Decision, LayerSelection, Policy, PolicyParams, Pool, Rerank
 from engine.tree import DraftTree
 
@@ -116,7 +115,7 @@ class CastPolicy(Policy):
 
     def __init__(self, params: CastParams, context: dict | None = None):
         super().__init__(params, context)
-        self.costs = _cost_table(self.context)
+        self.costs = cost_table_from_context(self.context, self.name)
         self.start_run()
 
     def start_run(self) -> None:
@@ -231,23 +230,3 @@ def _ancestors_in(tree: DraftTree, node: int, chosen: set[int]) -> bool:
 def _finite(value: float) -> float:
     """JSON has no infinity; a free step is reported as a very large ratio."""
     return min(value, 1e9)
-
-
-_warned_synthetic = False
-
-
-def _cost_table(context: dict) -> CostTable:
-    """The measured table the caller passed, or a synthetic linear one with a warning (tests, first runs)."""
-    global _warned_synthetic
-    table = context.get("cost_table")
-    if isinstance(table, CostTable):
-        return table
-    if isinstance(table, str):
-        return CostTable.load(table)
-    if table is not None:
-        raise TypeError(f"cost_table must be a CostTable or a path, got {type(table).__name__}")
-    if not _warned_synthetic:
-        warnings.warn("cast: no cost table given; using synthetic linear costs (FACTS' CPU numbers). "
-                      "Run `specscope profile` for this device, model and dtype.", stacklevel=3)
-        _warned_synthetic = True
-    return CostTable.default_synthetic()

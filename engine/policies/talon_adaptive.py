@@ -1,0 +1,203 @@
+"""`talon-adaptive`: TALON's gate with μ and N tuned during a request for tokens per second.
+
+TALON fixes the gate μ and the node budget N. This policy keeps TALON's
+layer rules and, every `window` steps, measures the request's throughput:
+(accepted + 1) tokens per step over the step's draft + verify + other time.
+It then moves one parameter by a factor and keeps the move only if the next
+window's throughput did not fall; a move that cost speed is undone and that
+direction is tried again only after the other one.
+
+Which parameter moves, and which way, comes from the acceptance history and
+the cost table:
+    N  when the trees fill the budget (the budget binds, not the gate). The
+       direction is the one the cost table favours: acceptance is modelled
+       as gaining α tokens per doubling of N (α fitted from the windows seen
+       so far, 0.3 before two budgets were seen), and verify time as the
+       table's cost of N + 1 tokens at the current context. On a device whose
+       verify cost is flat in n (a GPU) that says grow; on a CPU, shrink.
+    μ  when the gate binds. A high μ keeps only near-best paths (narrow, deep
+       trees), a low μ hedges (wide, shallow). If the target accepts most of
+       the depth drafted (accepted/depth ≥ 0.6) deeper trees pay: raise μ; if
+       it rejects early (≤ 0.3) hedge: lower μ; in between, keep the last direction.
+Every change is returned as an Adjustment with the numbers behind it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pydantic import Field
+
+from engine.costs import cost_table_from_context
+from engine.policies.base import Adjustment, StepOutcome
+from engine.policies.talon import TalonParams, TalonPolicy
+
+PRIOR_TOKENS_PER_DOUBLING = 0.3
+
+
+class TalonAdaptiveParams(TalonParams):
+    window: int = Field(6, ge=2, le=128, description="steps measured before each adjustment")
+    budget_min: int = Field(8, ge=1, le=512, description="lowest node budget N")
+    budget_max: int = Field(256, ge=1, le=512, description="highest node budget N")
+    mu_min: float = Field(0.002, gt=0, le=1, description="lowest gate μ")
+    mu_max: float = Field(0.5, gt=0, le=1, description="highest gate μ")
+    budget_factor: float = Field(1.5, gt=1, le=4, description="N is multiplied or divided by this")
+    mu_factor: float = Field(2.0, gt=1, le=10, description="μ is multiplied or divided by this")
+    tolerance: float = Field(0.03, ge=0, le=0.5, description="a move is undone if throughput falls by more")
+
+
+@dataclass
+class Window:
+    """Sums over the steps of one measurement window."""
+
+    steps: int = 0
+    tokens: float = 0.0  # accepted + 1 per step
+    accepted: float = 0.0
+    depth: float = 0.0
+    tree_size: float = 0.0
+    ms: float = 0.0
+    prefix_len: int = 0
+
+    def add(self, outcome: StepOutcome) -> None:
+        self.steps += 1
+        self.tokens += outcome.accepted + 1
+        self.accepted += outcome.accepted
+        self.depth += outcome.depth
+        self.tree_size += outcome.tree_size
+        self.ms += outcome.draft_ms + outcome.verify_ms + outcome.other_ms
+        self.prefix_len = outcome.prefix_len
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1000 * self.tokens / self.ms if self.ms > 0 else 0.0
+
+
+@dataclass
+class Move:
+    param: str
+    old: float
+    new: float
+    rate_before: float
+
+
+@dataclass
+class AdaptState:
+    window: Window = field(default_factory=Window)
+    move: Move | None = None  # the last change, kept or undone after the next window
+    direction: dict[str, int] = field(default_factory=lambda: {"budget": 0, "mu": 0})
+    accepted_at_budget: dict[int, float] = field(default_factory=dict)  # mean accepted per step, by N
+
+
+class TalonAdaptivePolicy(TalonPolicy):
+    name = "talon-adaptive"
+    Params = TalonAdaptiveParams
+
+    def __init__(self, params: TalonAdaptiveParams, context: dict | None = None):
+        super().__init__(params, context)
+        self.initial = params
+        self.costs = cost_table_from_context(self.context, self.name)
+        self.start_run()
+
+    def start_run(self) -> None:
+        self.params = self.initial
+        self.state = AdaptState()
+
+    def observe(self, outcome: StepOutcome) -> list[Adjustment]:
+        self.state.window.add(outcome)
+        if self.state.window.steps < self.params.window:
+            return []
+        window, self.state.window = self.state.window, Window()
+        self.state.accepted_at_budget[self.params.budget] = window.accepted / window.steps
+        if self.state.move is not None:
+            undone = self._judge_move(window)
+            if undone:
+                return [undone]
+        move = self._next_move(window)
+        return [move] if move else []
+
+    def _judge_move(self, window: Window) -> Adjustment | None:
+        """Keeps the last move if throughput held, else undoes it and turns that parameter around."""
+        move, self.state.move = self.state.move, None
+        rate = window.tokens_per_s
+        if rate >= move.rate_before * (1 - self.params.tolerance):
+            self.state.direction[move.param] = 1 if move.new > move.old else -1
+            return None
+        self.state.direction[move.param] = -1 if move.new > move.old else 1
+        self._set(move.param, move.old)
+        return Adjustment(param=move.param, old=move.new, new=move.old,
+                          why=f"undone: {rate:.1f} tok/s over the last {window.steps} steps, "
+                              f"{move.rate_before:.1f} before the change")
+
+    def _next_move(self, window: Window) -> Adjustment | None:
+        fill = window.tree_size / window.steps / self.params.budget
+        if fill >= 0.8:
+            param, new, reason = "budget", *self._budget_proposal(window)
+        else:
+            param, new, reason = "mu", *self._mu_proposal(window)
+        old = getattr(self.params, param)
+        if new is None or new == old:
+            return None
+        self._set(param, new)
+        rate = window.tokens_per_s
+        self.state.move = Move(param, old, new, rate)
+        return Adjustment(param=param, old=float(old), new=float(new),
+                          why=f"{rate:.1f} tok/s, trees {100 * fill:.0f}% of N: {reason}")
+
+    def _budget_proposal(self, window: Window) -> tuple[int | None, str]:
+        """The budget the cost table and the acceptance history favour, one factor up or down."""
+        n, f = self.params.budget, self.params.budget_factor
+        candidates = {clamp_int(round(n * f), self.params.budget_min, self.params.budget_max),
+                      clamp_int(round(n / f), self.params.budget_min, self.params.budget_max)} - {n}
+        if self.state.direction["budget"]:
+            wanted = 1 if self.state.direction["budget"] > 0 else -1
+            candidates = {c for c in candidates if (c > n) == (wanted > 0)} or candidates
+        if not candidates:
+            return None, "N at its bound"
+        predicted = {c: self._predicted_rate(window, c) for c in candidates | {n}}
+        best = max(candidates, key=lambda c: predicted[c])
+        return best, (f"predicted {predicted[best]:.1f} tok/s at N={best} vs {predicted[n]:.1f} at N={n} "
+                      f"(verify {self.costs.verify_cost(best + 1, window.prefix_len):.0f} vs "
+                      f"{self.costs.verify_cost(n + 1, window.prefix_len):.0f} ms in the cost table)")
+
+    def _predicted_rate(self, window: Window, budget: int) -> float:
+        """tokens/s if N were `budget`: α tokens per doubling, verify time from the cost table."""
+        n = self.params.budget
+        tokens = window.tokens / window.steps + self._tokens_per_doubling() * math.log2(budget / n)
+        verify_now = self.costs.verify_cost(window.tree_size / window.steps + 1, window.prefix_len)
+        verify_then = self.costs.verify_cost(window.tree_size / window.steps * budget / n + 1, window.prefix_len)
+        ms = window.ms / window.steps + verify_then - verify_now
+        return 1000 * max(tokens, 1.0) / ms if ms > 0 else 0.0
+
+    def _tokens_per_doubling(self) -> float:
+        """Slope of mean accepted over log2 N across the budgets this request has run at."""
+        seen = self.state.accepted_at_budget
+        if len(seen) < 2:
+            return PRIOR_TOKENS_PER_DOUBLING
+        xs = [math.log2(n) for n in seen]
+        ys = list(seen.values())
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        var = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+        return max(slope, 0.0)
+
+    def _mu_proposal(self, window: Window) -> tuple[float | None, str]:
+        """Raise μ when most of the drafted depth is accepted (grow deep), lower it when little is."""
+        depth_used = window.accepted / max(window.depth, 1)
+        direction = self.state.direction["mu"]
+        if depth_used >= 0.6:
+            direction, reason = 1, f"{100 * depth_used:.0f}% of the drafted depth accepted: narrower, deeper"
+        elif depth_used <= 0.3:
+            direction, reason = -1, f"{100 * depth_used:.0f}% of the drafted depth accepted: wider, shallower"
+        else:
+            direction = direction or -1
+            reason = f"{100 * depth_used:.0f}% of the drafted depth accepted: trying {'up' if direction > 0 else 'down'}"
+        mu = self.params.mu * (self.params.mu_factor if direction > 0 else 1 / self.params.mu_factor)
+        return min(max(mu, self.params.mu_min), self.params.mu_max), reason
+
+    def _set(self, param: str, value: float) -> None:
+        self.params = self.params.model_copy(update={param: value})
+
+
+def clamp_int(value: int, low: int, high: int) -> int:
+    return min(max(value, low), high)

@@ -1,0 +1,91 @@
+"""The profiler on a tiny in-code model, the cost table's lookups, and the loader's first-use profiling."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+
+from engine.costs import CostTable
+from engine.lm import CachedLM
+from engine.profile import CostTableMissing, Grid, grid_from_args, load_cost_table, profile, register_cli
+from engine.testing import tiny_llama
+
+SMALL = Grid(ns=(1, 4, 16, 64), contexts=(32, 64), batches=(1, 2), repeats=3, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_table() -> CostTable:
+    target = CachedLM(tiny_llama(0, hidden=128, layers=2), name="tiny-target")
+    draft = CachedLM(tiny_llama(1, hidden=32, layers=1), name="tiny-draft")
+    return profile(target, draft, SMALL, progress=False)
+
+
+def test_profile_writes_a_table_of_the_grid_shape(tiny_table, tmp_path):
+    path = tiny_table.save(tmp_path / "costs.json")
+    table = CostTable.load(path)
+    for costs in (table.target, table.draft):
+        assert len(costs.ms) == len(SMALL.batches)
+        assert all(len(rows) == len(SMALL.contexts) for rows in costs.ms)
+        assert all(len(row) == len(SMALL.ns) for rows in costs.ms for row in rows)
+        assert all(ms > 0 for rows in costs.ms for row in rows for ms in row)
+    assert (table.target.name, table.draft.name) == ("tiny-target", "tiny-draft")
+    assert table.key.endswith("__tiny-target__float32")
+
+
+def test_profiled_cost_grows_with_new_tokens_within_noise(tiny_table):
+    """64 new tokens cost more than 1; no measured point falls far below a smaller n's."""
+    for rows in tiny_table.target.ms:
+        for row in rows:
+            assert row[-1] > row[0]
+            assert all(later >= 0.5 * earlier for earlier, later in zip(row, row[1:]))
+
+
+def test_cost_interpolates_in_n_and_rounds_context_and_batch_up():
+    table = CostTable.linear(lam=2.0, delta=10.0, ns=(1, 2, 4, 8), contexts=(128, 512), batches=(1, 4))
+    table.target.ms[1][1] = [100.0 * n for n in (1, 2, 4, 8)]  # batch 4, context 512
+    assert table.cost(6, context=100) == pytest.approx(22.0)
+    assert table.cost(16, context=100) == pytest.approx(42.0)  # extrapolated from the last two points
+    assert table.cost(3, context=300, batch=2) == pytest.approx(300.0)  # select(c): 512, batch bucket 4
+    assert table.select_context(129) == 512 and table.select_context(5000) == 512
+    assert table.cost(0, context=100) == 0.0
+
+
+def test_measured_dips_in_cost_are_smoothed_to_non_decreasing():
+    table = CostTable.linear(lam=1.0, delta=10.0, ns=(1, 2, 4))
+    table.target.ms[0][0] = [10.0, 9.0, 14.0]
+    assert table.cost(2, context=10) == 10.0
+
+
+def test_summary_reports_verify_ratios_and_c(tiny_table):
+    text = "\n".join(tiny_table.summary())
+    assert "n=64:" in text and "c = " in text
+
+
+def test_a_table_without_a_draft_assumes_a_tenth_of_the_target():
+    table = CostTable.linear(lam=1.0, delta=9.0)
+    table.draft = None
+    assert table.draft_cost(1, 100) == pytest.approx(1.0)
+
+
+def test_load_cost_table_profiles_once_then_reads_the_file(tmp_path, capsys):
+    engine = SimpleNamespace(target=CachedLM(tiny_llama(0), name="tiny-target"), draft_lm=None)
+    path = tmp_path / "table.json"
+    with pytest.raises(CostTableMissing, match="specscope profile"):
+        load_cost_table(engine, profile_if_missing=False, path=path)
+    grid = Grid(ns=(1, 2), contexts=(16,), batches=(1,), repeats=1, warmup=0)
+    first = load_cost_table(engine, path=path, grid=grid)
+    assert "profiling now" in capsys.readouterr().out and path.exists()
+    again = load_cost_table(engine, profile_if_missing=False, path=path)
+    assert again.target.ms == first.target.ms
+
+
+def test_cli_grid_rounds_contexts_to_the_step_and_caps_n():
+    parser = argparse.ArgumentParser()
+    register_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["profile", "--contexts", "100,512", "--context-step", "128", "--n-max", "32"])
+    grid = grid_from_args(args)
+    assert grid.contexts == (128, 512)
+    assert max(grid.ns) == 32 and grid.batches == (1, 2, 4)
+    assert args.func.__name__ == "profile_command"

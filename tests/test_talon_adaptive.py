@@ -1,0 +1,90 @@
+"""talon-adaptive: μ and N moved for measured throughput, every move explained, bad moves undone."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.costs import CostTable
+from engine.policies import POLICIES, make_policy
+from engine.policies.base import StepOutcome
+from engine.policies.talon_adaptive import TalonAdaptivePolicy
+
+GPU_LIKE = CostTable.linear(lam=0.01, delta=20.0)  # verifying more tokens is nearly free
+CPU_LIKE = CostTable.linear(lam=1.6, delta=42.0)  # every verified token costs
+
+
+def make(table: CostTable, **params) -> TalonAdaptivePolicy:
+    return make_policy("talon-adaptive", {"window": 4, **params}, {"cost_table": table})
+
+
+def outcome(tree_size: int, depth: int, accepted: int, verify_ms: float = 50.0, draft_ms: float = 10.0) -> StepOutcome:
+    return StepOutcome(tree_size=tree_size, depth=depth, accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms,
+                       other_ms=1.0, prefix_len=300)
+
+
+def feed(policy: TalonAdaptivePolicy, step: StepOutcome, times: int) -> list:
+    changes = []
+    for _ in range(times):
+        changes += policy.observe(step)
+    return changes
+
+
+def test_talon_adaptive_is_registered():
+    assert POLICIES["talon-adaptive"] is TalonAdaptivePolicy
+
+
+def test_nothing_changes_before_a_window_is_measured():
+    policy = make(CPU_LIKE)
+    assert feed(policy, outcome(60, 5, 2), 3) == []
+
+
+@pytest.mark.parametrize("table, grows", [(GPU_LIKE, True), (CPU_LIKE, False)])
+def test_full_trees_move_the_budget_the_way_the_cost_table_favours(table, grows):
+    policy = make(table, budget=60)
+    changes = feed(policy, outcome(60, 5, 2), 4)
+    assert [c.param for c in changes] == ["budget"]
+    assert (changes[0].new > 60) == grows
+    assert policy.params.budget == changes[0].new
+    assert "tok/s" in changes[0].why and "cost table" in changes[0].why
+
+
+def test_a_move_that_costs_throughput_is_undone_and_turned_around():
+    policy = make(GPU_LIKE, budget=60)
+    [grow] = feed(policy, outcome(60, 5, 2, verify_ms=50.0), 4)
+    [undo] = feed(policy, outcome(grow.new, 5, 2, verify_ms=80.0), 4)
+    assert (undo.param, undo.old, undo.new) == ("budget", grow.new, 60)
+    assert undo.why.startswith("undone")
+    assert policy.params.budget == 60
+    [shrink] = feed(policy, outcome(60, 5, 2, verify_ms=50.0), 4)
+    assert shrink.param == "budget" and shrink.new < 60
+
+
+def test_a_move_that_holds_throughput_is_kept_and_continued():
+    policy = make(GPU_LIKE, budget=60)
+    [grow] = feed(policy, outcome(60, 5, 2), 4)
+    [again] = feed(policy, outcome(grow.new, 5, 3), 4)
+    assert again.param == "budget" and again.old == grow.new and again.new > grow.new
+
+
+@pytest.mark.parametrize("accepted, up", [(4, True), (1, False)])
+def test_gate_moves_deeper_when_drafts_are_accepted_and_wider_when_not(accepted, up):
+    policy = make(CPU_LIKE, budget=60, mu=0.03)
+    [change] = feed(policy, outcome(20, 5, accepted), 4)  # trees well under N: the gate binds
+    assert change.param == "mu"
+    assert (change.new > 0.03) == up
+    assert policy.params.mu == change.new
+
+
+def test_parameters_stay_within_bounds():
+    policy = make(GPU_LIKE, budget=250, budget_max=256)
+    for _ in range(20):
+        feed(policy, outcome(policy.params.budget, 5, 2), 4)
+        assert 8 <= policy.params.budget <= 256
+
+
+def test_start_run_restores_the_initial_parameters():
+    policy = make(GPU_LIKE, budget=60, mu=0.03)
+    feed(policy, outcome(60, 5, 2), 4)
+    assert policy.params.budget != 60
+    policy.start_run()
+    assert (policy.params.budget, policy.params.mu) == (60, 0.03)
