@@ -20,7 +20,7 @@ from engine.tree import attention_bias
 
 @dataclass
 class ForwardOutput:
-    logits: torch.Tensor  # [N, V] float32
+    logits: torch.Tensor  # [N, V] float32 (float64 for a float64 model)
     hidden: tuple[torch.Tensor, ...] = ()  # each [N, H]: inputs of the requested layers
 
 
@@ -69,8 +69,10 @@ class CachedLM:
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
                          output_hidden_states=bool(hidden_layers), **{self._cache_kwarg: self.cache})
         hidden = tuple(out.hidden_states[i][0] for i in hidden_layers) if hidden_layers else ()
-        return ForwardOutput(logits=out.logits[0].float(), hidden=hidden)
+        logits = out.logits[0]  # [N, V]
+        return ForwardOutput(logits=logits if logits.dtype == torch.float64 else logits.float(), hidden=hidden)
 
+    @torch.inference_mode()
     def keep(self, positions: list[int]) -> None:
         """Compacts the cache to the given increasing sequence positions."""
         shared = 0  # positions that already sit where they belong need no copy

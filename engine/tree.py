@@ -98,10 +98,16 @@ def ancestor_matrix(parent: list[int]) -> torch.Tensor:
     [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]
     """
     n = len(parent)
+    parents = torch.tensor(parent, dtype=torch.long)  # [T]
+    assert n == 0 or (parents[0] == -1 and (parents[1:] >= 0).all() and (parents[1:] < torch.arange(1, n)).all()), \
+        "parents must come before their children"
     mask = torch.eye(n, dtype=torch.bool)
-    for i in range(1, n):
-        assert 0 <= parent[i] < i, "parents must come before their children"
-        mask[i] |= mask[parent[i]]
+    rows = torch.arange(n)
+    ancestor = parents.clone()
+    while (ancestor >= 0).any():  # one hop up per round: as many rounds as the tree is deep
+        live = ancestor >= 0
+        mask[rows[live], ancestor[live]] = True
+        ancestor[live] = parents[ancestor[live]]
     return mask
 
 

@@ -1,0 +1,75 @@
+"""Tiny random Llama models built in code, for tests and demos that must not download anything."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from engine.codec import ByteCodec, Codec
+from engine.drafters.draft_lm import DraftLMDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.engine import SpecEngine
+from engine.lm import CachedLM
+
+TINY_VOCAB = 260
+TINY_EOS = 256
+
+
+class SymbolCodec(Codec):
+    """A tiny vocabulary for distribution tests: prompt characters map to ids modulo vocab - 1."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+        self.eos_ids = frozenset({vocab_size - 1})
+        self.name = f"symbols-{vocab_size}"
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        return [ord(c) % (self.vocab_size - 1) for c in prompt]
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(str(i) for i in ids if i not in self.eos_ids)
+
+    def token_text(self, token: int) -> str:
+        return str(token)
+
+
+def tiny_llama(seed: int, vocab_size: int = TINY_VOCAB, hidden: int = 64, layers: int = 2,
+               dtype: torch.dtype = torch.float32, max_positions: int = 1024,
+               sharpness: float = 1.0) -> LlamaForCausalLM:
+    """A random Llama; `sharpness` scales the output head (higher: peakier, fewer near-ties)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=max_positions, tie_word_embeddings=False,
+                         attn_implementation="sdpa")
+    model = LlamaForCausalLM(config).to(dtype).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpness)
+    return model
+
+
+def perturbed_copy(model: LlamaForCausalLM, noise: float, seed: int) -> LlamaForCausalLM:
+    """A draft that agrees with its target often but not always: weights plus relative noise."""
+    draft = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in draft.parameters():
+            scale = param.abs().mean() * noise
+            param.add_(torch.randn(param.shape, generator=generator, dtype=torch.float64).to(param.dtype) * scale)
+    return draft
+
+
+def tiny_engine(seed: int = 0, dtype: torch.dtype = torch.float32, vocab_size: int = TINY_VOCAB,
+                draft_noise: float = 0.2, sharpness: float = 1.0, codec: Codec | None = None) -> SpecEngine:
+    """A tiny target and a noisy copy of it as the draft LM, every drafter wired."""
+    target_model = tiny_llama(seed, vocab_size, dtype=dtype, sharpness=sharpness)
+    target = CachedLM(target_model, name="tiny-target")
+    draft = CachedLM(perturbed_copy(target_model, draft_noise, seed + 1), name="tiny-draft")
+    drafters = {
+        "draft-lm": lambda: DraftLMDrafter(draft),
+        "prompt-lookup": lambda: PromptLookupDrafter(),
+    }
+    codec = codec or ByteCodec(vocab_size=vocab_size, eos_id=TINY_EOS)
+    return SpecEngine(target, codec, drafters, default_drafter="draft-lm", draft_lm=draft)

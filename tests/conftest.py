@@ -1,0 +1,25 @@
+import pytest
+import torch
+
+from engine.testing import tiny_engine
+
+ALL_THREADS = torch.get_num_threads()
+
+
+@pytest.fixture(scope="session")
+def engine64():
+    """Tiny float64 target with a noisy-copy draft LM: exact arithmetic for equality tests."""
+    return tiny_engine(dtype=torch.float64)
+
+
+def random_prompts(count: int, seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return ["".join(chr(rng.randrange(97, 123)) for _ in range(rng.randrange(2, 24))) for _ in range(count)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread_for_tiny_models(request):
+    """Tiny models run fastest on one thread; tests of the real model ask for every core."""
+    torch.set_num_threads(ALL_THREADS if "slow" in request.keywords else 1)
