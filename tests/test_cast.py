@@ -197,3 +197,27 @@ def test_without_a_cost_table_cast_warns_and_uses_synthetic_costs():
     with pytest.warns(UserWarning, match="specscope profile"):
         cast = make_policy("cast", {})
     assert cast.costs.synthetic
+
+
+def test_best_node_is_verified_even_when_costs_would_send_none():
+    tree, _ = grow(make_cast(CostTable.linear(1.6, 42.0), c2=0.0, max_depth=2), FLAT)
+    assert make_cast(CostTable.linear(1000.0, 42.0), c3=1.0).finalize(tree).keep == [0, 1]
+    assert make_cast(CostTable.linear(1000.0, 42.0), c3=1.0, min_verify=0).finalize(tree).keep == [0]
+
+
+def test_calibration_scales_utility_by_accepted_over_predicted():
+    """A draft whose scores understate acceptance (a near-uniform q) earns a κ > 1 and wider trees."""
+    from engine.policies.base import StepOutcome
+
+    cast = make_cast(CostTable.linear(1.6, 42.0), c3=0.02)
+    tree, _ = grow(cast, [0.01] * 10)
+    sent = len(cast.finalize(tree).keep)
+    changes = []
+    for _ in range(5):
+        cast.finalize(tree)
+        changes += cast.observe(StepOutcome(tree_size=sent - 1, depth=1, accepted=2, draft_ms=5.0, verify_ms=40.0,
+                                            other_ms=1.0, prefix_len=300))
+    assert cast.kappa > 5 and changes and changes[-1].param == "kappa" and "κ" in changes[-1].why
+    assert len(cast.finalize(tree).keep) > sent
+    cast.start_run()
+    assert cast.kappa == 1.0

@@ -30,6 +30,14 @@ rerank  All drafted nodes, ordered by path score (ancestor-closed: a child
         never outscores its parent), are cut to m by the same marginal rule over
         the target's verify cost of m + 1 tokens (root included), threshold C3.
 
+calibration (ours, not the paper's) A path score is the draft's confidence, not
+        the target's acceptance: a weak or uncalibrated draft (a tiny model's
+        near-uniform q, an n-gram's count ratios) under- or over-states it. Over
+        a request, κ = (accepted + 1) / (Σ path scores verified + 1) rescales
+        utilities to min(1, κ·score); and the best node is always verified
+        (min_verify) so κ has evidence to learn from even when costs would send nothing.
+        κ = 1 until a step is observed, so the paper's rules hold as stated on fresh policies.
+
 C1–C3 are in expected tokens per ms, so they depend on device and model; the
 paper gives none; docs/cast.md records the sweep that chose the defaults.
 Every decision's detail carries the utility, cost, ratio and threshold behind it.
@@ -43,7 +51,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from engine.costs import cost_table_from_context
-from engine.policies.base import Decision, LayerSelection, Policy, PolicyParams, Pool, Rerank
+from engine.policies.base import Adjustment, Decision, LayerSelection, Policy, PolicyParams, Pool, Rerank, StepOutcome
 from engine.tree import DraftTree
 
 
@@ -57,6 +65,8 @@ class CastParams(PolicyParams):
     max_total: int = Field(128, ge=1, le=512, description="most draft nodes sent to verification")
     window: int = Field(4, ge=1, le=64, description="gain ratios φ remembered by the depth rule (R)")
     batch: int = Field(1, ge=1, le=256, description="batch size the costs are read at")
+    min_verify: int = Field(1, ge=0, le=512, description="best nodes always verified, so calibration has evidence")
+    calibrate: bool = Field(True, description="rescale path scores by the request's accepted / predicted (κ)")
 
 
 @dataclass
@@ -122,6 +132,15 @@ class CastPolicy(Policy):
         self.gains: deque[float] = deque([1.0] * self.params.window, maxlen=self.params.window)
         self._layer_utility: dict[int, float] = {}
         self._prefix_len = 0
+        self.kappa = 1.0  # accepted tokens per unit of verified path score, this request
+        self._reported_kappa = 1.0
+        self._accepted_sum = 0.0
+        self._predicted_sum = 0.0
+        self._verified_score = 0.0  # Σ path scores sent to verification in the current step
+
+    def value(self, score: float) -> float:
+        """A node's utility: its calibrated chance of being accepted."""
+        return min(1.0, self.kappa * score)
 
     def children_per_node(self, depth: int) -> int:
         return self.params.top_k
@@ -135,7 +154,7 @@ class CastPolicy(Policy):
         width = self._width(pool, ranked, context)
         decisions = self._width_decisions(pool, ranked, width)
         frontier = ranked[:width.count]
-        utility = sum(pool.score[i] for i in frontier)
+        utility = sum(self.value(pool.score[i]) for i in frontier)
         self._remember_gain(pool.depth, utility)
         stop = self._depth_stop(pool.depth, utility, width.count, context)
         if stop is not None:
@@ -152,7 +171,7 @@ class CastPolicy(Policy):
         considered = ranked[:self.params.max_width]
         utility = [0.0]
         for i in considered:
-            utility.append(utility[-1] + pool.score[i])
+            utility.append(utility[-1] + self.value(pool.score[i]))
         cost = [self.costs.draft_cost(k, context, self.params.batch) for k in range(len(considered) + 1)]
         return marginal_walk(utility, cost, self.params.c1, start=min(1, len(considered)))
 
@@ -162,10 +181,10 @@ class CastPolicy(Policy):
         for rank, i in enumerate(ranked):
             if rank >= len(width.ratio):
                 decisions[i] = Decision(kept=True, expanded=False, reason="budget", threshold=self.params.c1,
-                                        detail={"utility": pool.score[i], "rank": rank + 1,
+                                        detail={"utility": self.value(pool.score[i]), "rank": rank + 1,
                                                 "max_width": self.params.max_width})
                 continue
-            detail = {"utility": pool.score[i], "rank": rank + 1, "marginal_utility": width.gain[rank],
+            detail = {"utility": self.value(pool.score[i]), "rank": rank + 1, "marginal_utility": width.gain[rank],
                       "marginal_cost_ms": width.spend[rank], "ratio": _finite(width.ratio[rank])}
             if rank == 0:
                 detail["ratio"] = _finite(float("inf"))  # the best is grown whenever the layer grows
@@ -198,17 +217,19 @@ class CastPolicy(Policy):
         considered = drafted[:self.params.max_total]
         utility = [0.0]
         for i in considered:
-            utility.append(utility[-1] + tree.score[i])
+            utility.append(utility[-1] + self.value(tree.score[i]))
         cost = [self.costs.verify_cost(m + 1, self._prefix_len, self.params.batch) for m in range(len(considered) + 1)]
         choice = marginal_walk(utility, cost, self.params.c3)
-        chosen = set(considered[:choice.count])
+        count = max(choice.count, min(self.params.min_verify, len(considered)))
+        chosen = set(considered[:count])
         keep = [0] + [i for i in range(1, len(tree)) if i in chosen and _ancestors_in(tree, i, chosen)]
         kept = set(keep)
+        self._verified_score = sum(tree.score[i] for i in keep[1:])
         pruned = {}
         for rank, i in enumerate(drafted):
             if i in kept:
                 continue
-            detail = {"utility": tree.score[i], "rank": rank + 1}
+            detail = {"utility": self.value(tree.score[i]), "rank": rank + 1}
             if rank < len(choice.ratio):
                 detail.update(marginal_utility=choice.gain[rank], marginal_cost_ms=choice.spend[rank],
                               ratio=_finite(choice.ratio[rank]))
@@ -216,6 +237,21 @@ class CastPolicy(Policy):
                 detail["max_total"] = self.params.max_total
             pruned[i] = Decision(kept=False, expanded=False, reason="rerank", threshold=self.params.c3, detail=detail)
         return Rerank(keep=keep, pruned=pruned)
+
+    def observe(self, outcome: StepOutcome) -> list[Adjustment]:
+        """Updates κ from the step's accepted count; reports it when it has moved by a quarter."""
+        if not self.params.calibrate:
+            return []
+        self._accepted_sum += outcome.accepted
+        self._predicted_sum += self._verified_score
+        self.kappa = (self._accepted_sum + 1) / (self._predicted_sum + 1)
+        old = self._reported_kappa
+        if abs(self.kappa - old) <= 0.25 * old:
+            return []
+        self._reported_kappa = self.kappa
+        return [Adjustment(param="kappa", old=old, new=self.kappa,
+                           why=f"{self._accepted_sum:.0f} drafts accepted where the verified path scores "
+                               f"predicted {self._predicted_sum:.1f}: utilities rescaled by κ")]
 
 
 def _ancestors_in(tree: DraftTree, node: int, chosen: set[int]) -> bool:
