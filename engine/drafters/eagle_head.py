@@ -68,8 +68,10 @@ class EagleHeadDrafter(Drafter):
         return self.cache_k.shape[2]
 
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
-        assert features is not None and len(features) == len(context) - 1, "the head needs a feature per context token but the root"
         self._reset_state()
+        if features is None:  # a one-token prompt: nothing before the root
+            features = torch.zeros(0, self.head.fc.in_features, dtype=self.dtype)
+        assert len(features) == len(context) - 1, "the head needs a feature per context token but the root"
         self.pending_tokens = list(context[1:-1])
         self.pending_features = list(features[:-1])
         self.root_feature = features[-1] if len(features) else self._zero_feature()
