@@ -62,10 +62,10 @@ def _as_client_error(err: ValidationError, text: str) -> ClientMessageError:
         return ClientMessageError("malformed JSON", field=None)
     # A discriminated union puts the message type first in the location; the field follows it.
     loc = [str(part) for part in first["loc"]]
+    if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        return ClientMessageError("`type` must be \"run\" or \"cancel\"", field="type")
     if not loc:
         return ClientMessageError("a message must be a JSON object", field=None)
-    if first["type"] in ("union_tag_invalid", "union_tag_not_found", "model_type"):
-        return ClientMessageError("`type` must be \"run\" or \"cancel\"", field="type")
     field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
     message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
     return ClientMessageError(f"{field}: {message}", field=field, policy=_policy_of(text))

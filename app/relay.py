@@ -45,16 +45,21 @@ async def relay_run(
         while (event := await events.get()) is not _DONE:
             await deliver(event)
     except asyncio.CancelledError:
+        # The server is tearing this connection down: stop the engine and wait for it, so the next run starts clean.
         cancel.set()
-        await asyncio.shield(future)
+        _log_finished(await asyncio.shield(future))
         raise
     finished = await future
     if finished is not None and not deliver.sent_finished:
         await deliver(finished)
+    _log_finished(finished)
+    return finished
+
+
+def _log_finished(finished: RunFinished | None) -> None:
     if finished is not None:
         log.info("run %s (%s) finished: %s, %d tokens, %.1f tokens/s", finished.run_id, finished.policy,
                  finished.stop_reason, finished.new_tokens, finished.tokens_per_s)
-    return finished
 
 
 class _Delivery:

@@ -120,7 +120,8 @@ class ClientSession:
         run.cancel.set()
         if run.started:
             if not notify:
-                await asyncio.gather(run.task, return_exceptions=True)
+                # Shielded: if the server tears this connection down, the run still winds up and frees the model.
+                await asyncio.gather(asyncio.shield(run.task), return_exceptions=True)
             return
         run.task.cancel()
         await asyncio.gather(run.task, return_exceptions=True)

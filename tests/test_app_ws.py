@@ -1,0 +1,187 @@
+"""The /ws protocol against a tiny in-code model: ordering, cancel, bad input, fairness between clients."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import ServerSettings
+from engine.request import GenerationRequest
+from engine.testing import tiny_engine
+
+SMALL = {"policy": "talon", "params": {"budget": 8, "top_k": 3}, "max_new_tokens": 6}
+LONG = 900  # far more tokens than a test waits for, within the tiny model's context
+STEP_ORDER = ["draft_layer", "tree", "verify", "text", "step_metrics"]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return tiny_engine(seed=0)
+
+
+@pytest.fixture(scope="module")
+def client(engine):
+    with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: engine)) as client:
+        yield client
+
+
+def run_message(prompt: str = "hello", **overrides) -> dict:
+    return {"type": "run", "prompt": prompt, **SMALL, **overrides}
+
+
+def receive_run(ws) -> list[dict]:
+    """Messages up to and including the run's last one (run_finished or error)."""
+    messages = []
+    while True:
+        messages.append(ws.receive_json())
+        if messages[-1]["type"] in ("run_finished", "error"):
+            return messages
+
+
+def receive_until(ws, kind: str) -> dict:
+    while True:
+        message = ws.receive_json()
+        assert message["type"] != "error", message
+        if message["type"] == kind:
+            return message
+
+
+def test_run_streams_events_in_step_order_and_ends_with_run_finished(client):
+    with client.websocket_connect("/ws") as ws:
+        ws.send_json(run_message())
+        messages = receive_run(ws)
+    types = [m["type"] for m in messages]
+    assert types[0] == "run_started" and types[-1] == "run_finished"
+    assert types.count("run_finished") == 1
+    steps = [m["step"] for m in messages if "step" in m]
+    assert steps == sorted(steps)
+    for step in set(steps):
+        phases = [STEP_ORDER.index(m["type"]) for m in messages if m.get("step") == step and m["type"] in STEP_ORDER]
+        assert phases == sorted(phases), f"step {step} out of order"
+    finished = messages[-1]
+    assert finished["new_tokens"] == sum(len(m["tokens"]) for m in messages if m["type"] == "text")
+
+
+def test_streamed_output_equals_the_engine_run_directly(client, engine):
+    request = run_message("same prompt")
+    with client.websocket_connect("/ws") as ws:
+        ws.send_json(request)
+        streamed = receive_run(ws)[-1]
+    direct = engine.run(GenerationRequest(**{k: v for k, v in request.items() if k != "type"}), lambda event: None)
+    assert streamed["tokens"] == direct.tokens
+
+
+def test_cancel_stops_the_run_within_a_step(client):
+    with client.websocket_connect("/ws") as ws:
+        ws.send_json(run_message(max_new_tokens=LONG))
+        receive_until(ws, "step_metrics")
+        ws.send_json({"type": "cancel"})
+        messages = receive_run(ws)
+    finished = messages[-1]
+    assert finished["type"] == "run_finished"
+    assert finished["stop_reason"] == "cancelled"
+    # The cancel arrives while the engine works on some later step; it stops at the next check.
+    assert sum(m["type"] == "step_metrics" for m in messages) <= 3
+
+
+@pytest.mark.parametrize("message, field", [
+    ("{not json", None),
+    ('["run"]', None),
+    ('{"type": "launch"}', "type"),
+    ('{"type": "run"}', "prompt"),
+    ('{"type": "run", "prompt": "hi", "temperature": -1}', "temperature"),
+    ('{"type": "run", "prompt": "hi", "max_new_tokens": 0}', "max_new_tokens"),
+    ('{"type": "run", "prompt": "hi", "model": "/etc/passwd"}', "model"),
+    ('{"type": "run", "prompt": "hi", "policy": "nope"}', "policy"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"mu": 5}}', "params.mu"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"alpha": 1}}', "params.alpha"),
+    ('{"type": "run", "prompt": "hi", "drafter": "../../weights.bin"}', "drafter"),
+])
+def test_invalid_request_gets_an_error_naming_the_field_and_the_next_run_works(client, message, field):
+    with client.websocket_connect("/ws") as ws:
+        ws.send_text(message)
+        error = ws.receive_json()
+        assert error["type"] == "error"
+        assert error["field"] == field
+        assert error["message"]
+        ws.send_json(run_message(max_new_tokens=2))
+        assert receive_run(ws)[-1]["type"] == "run_finished"
+
+
+def test_binary_frame_gets_an_error_and_the_connection_stays_up(client):
+    with client.websocket_connect("/ws") as ws:
+        ws.send_bytes(b"\x00\x01")
+        assert ws.receive_json()["type"] == "error"
+        ws.send_json(run_message(max_new_tokens=2))
+        assert receive_run(ws)[-1]["type"] == "run_finished"
+
+
+def test_second_run_on_a_busy_connection_is_refused_and_the_first_finishes(client):
+    with client.websocket_connect("/ws") as ws:
+        ws.send_json(run_message(max_new_tokens=3))
+        assert ws.receive_json()["type"] == "run_started"
+        ws.send_json(run_message(max_new_tokens=3))
+        messages = receive_run(ws)
+        errors = [m for m in messages if m["type"] == "error"]
+        assert errors and "already in progress" in errors[0]["message"]
+        assert receive_run(ws)[-1]["type"] == "run_finished"
+
+
+def test_two_clients_are_served_in_arrival_order_and_the_waiting_one_is_told_its_place(client):
+    with client.websocket_connect("/ws") as first, client.websocket_connect("/ws") as second:
+        first.send_json(run_message("first", max_new_tokens=8))
+        assert first.receive_json()["type"] == "run_started"
+        second.send_json(run_message("second", max_new_tokens=2))
+        assert second.receive_json() == {"type": "queued", "position": 1}
+        first_messages = receive_run(first)
+        second_messages = receive_run(second)
+    assert first_messages[-1]["type"] == "run_finished"
+    assert second_messages[0]["type"] == "run_started"
+    assert second_messages[0]["prompt"] == "second"
+    assert second_messages[-1]["type"] == "run_finished"
+
+
+def test_cancel_while_waiting_leaves_the_line(client):
+    with client.websocket_connect("/ws") as first, client.websocket_connect("/ws") as second:
+        first.send_json(run_message("first", max_new_tokens=6))
+        assert first.receive_json()["type"] == "run_started"
+        second.send_json(run_message("second"))
+        assert second.receive_json()["type"] == "queued"
+        second.send_json({"type": "cancel"})
+        assert second.receive_json()["message"] == "cancelled before it started"
+        assert receive_run(first)[-1]["type"] == "run_finished"
+
+
+def test_a_client_that_disconnects_has_its_run_cancelled(client, caplog):
+    caplog.set_level(logging.INFO, logger="specscope.app")
+    with client.websocket_connect("/ws") as leaving:
+        leaving.send_json(run_message("left", max_new_tokens=LONG))
+        receive_until(leaving, "step_metrics")
+    with client.websocket_connect("/ws") as next_client:
+        next_client.send_json(run_message("next", max_new_tokens=2))
+        messages = receive_run(next_client)
+    assert messages[-1]["type"] == "run_finished"
+    assert any("finished: cancelled" in record.getMessage() for record in caplog.records)
+
+
+def test_replay_only_server_refuses_runs_but_serves_the_page():
+    with TestClient(create_app(ServerSettings(replay_only=True), engine_factory=pytest.fail)) as client:
+        assert client.get("/").status_code == 200
+        assert client.get("/api/info").json()["replay_only"] is True
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json(run_message())
+            error = ws.receive_json()
+    assert error["type"] == "error" and "replays recorded traces only" in error["message"]
+
+
+def test_server_messages_parse_as_engine_events(client):
+    from engine.events import parse_event
+
+    with client.websocket_connect("/ws") as ws:
+        ws.send_json(run_message(max_new_tokens=2))
+        for message in receive_run(ws):
+            assert parse_event(json.dumps(message)).type == message["type"]
