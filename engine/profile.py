@@ -109,25 +109,38 @@ def _chain_inputs(n: int, context: int, batch: int, vocab: int, dtype: torch.dty
     return ids, positions, mask
 
 
-def time_forward(model: torch.nn.Module, cache: DynamicCache, n: int, context: int, batch: int,
-                 repeats: int, warmup: int) -> float:
-    """Median ms of one forward of n new tokens per row on a cache of `context` positions."""
+def time_forward(model: torch.nn.Module, cache: DynamicCache, n: int, context: int, batch: int) -> float:
+    """ms of one forward of n new tokens per row on a cache of `context` positions (left as it was)."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     ids, positions, mask = _chain_inputs(n, context, batch, int(model.config.vocab_size), dtype, device)
-    cache_kwargs = {_cache_kwarg(model): cache}
-    times = []
+    _synchronize(device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
+              **{_cache_kwarg(model): cache})
+    _synchronize(device)
+    elapsed = (time.perf_counter() - start) * 1000
+    cache.crop(-n)  # the next run starts from the same context
+    return elapsed
+
+
+def measure_row(model: torch.nn.Module, cache: DynamicCache, ns: tuple[int, ...], context: int, batch: int,
+                repeats: int, warmup: int, tick: Callable[[str], None]) -> list[float]:
+    """Median ms for every n at one (batch, context).
+
+    Repeats are the outer loop: on a shared machine a burst of load then lands on one run of
+    many n, which the median discards, rather than on every run of one n.
+    """
+    times: dict[int, list[float]] = {n: [] for n in ns}
     for run in range(warmup + repeats):
-        _synchronize(device)
-        start = time.perf_counter()
-        with torch.inference_mode():
-            model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, **cache_kwargs)
-        _synchronize(device)
-        elapsed = (time.perf_counter() - start) * 1000
-        cache.crop(-n)  # the next run starts from the same context
-        if run >= warmup:
-            times.append(elapsed)
-    return statistics.median(times)
+        for n in ns:
+            elapsed = time_forward(model, cache, n, context, batch)
+            if run >= warmup:
+                times[n].append(elapsed)
+            if run == warmup + repeats - 1:
+                tick(f"B={batch} ctx={context} n={n}")
+    return [statistics.median(times[n]) for n in ns]
 
 
 def measure_model(model: torch.nn.Module, grid: Grid, tick: Callable[[str], None] = lambda _: None
@@ -139,11 +152,7 @@ def measure_model(model: torch.nn.Module, grid: Grid, tick: Callable[[str], None
         rows = []
         for context in grid.contexts:
             cache = _filled_cache(model, context, batch, device)
-            row = []
-            for n in grid.ns:
-                row.append(time_forward(model, cache, n, context, batch, grid.repeats, grid.warmup))
-                tick(f"B={batch} ctx={context} n={n}")
-            rows.append(row)
+            rows.append(measure_row(model, cache, grid.ns, context, batch, grid.repeats, grid.warmup, tick))
         table.append(rows)
     return table
 

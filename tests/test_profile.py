@@ -13,7 +13,7 @@ from engine.lm import CachedLM
 from engine.profile import CostTableMissing, Grid, grid_from_args, load_cost_table, profile, register_cli
 from engine.testing import tiny_llama
 
-SMALL = Grid(ns=(1, 4, 16, 64), contexts=(32, 64), batches=(1, 2), repeats=3, warmup=1)
+SMALL = Grid(ns=(1, 8, 64, 256), contexts=(32, 64), batches=(1, 2), repeats=3, warmup=1)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -27,7 +27,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def tiny_table(one_thread) -> CostTable:
-    target = CachedLM(tiny_llama(0, hidden=128, layers=2), name="tiny-target")
+    target = CachedLM(tiny_llama(0, hidden=256, layers=2), name="tiny-target")
     draft = CachedLM(tiny_llama(1, hidden=32, layers=1), name="tiny-draft")
     return profile(target, draft, SMALL, progress=False)
 
@@ -45,15 +45,16 @@ def test_profile_writes_a_table_of_the_grid_shape(tiny_table, tmp_path):
 
 
 def test_profiled_cost_grows_with_new_tokens_within_noise(tiny_table):
-    """64 new tokens cost more than 1; no measured point falls far below a smaller n's.
+    """256 new tokens cost more than 1; no measured point falls far below a smaller n's.
 
-    Shared CPUs deschedule whole runs, so the cell-wise minimum of two profiles is checked."""
-    second = profile(CachedLM(tiny_llama(0, hidden=128, layers=2), name="tiny-target"), None, SMALL, progress=False)
+    A shared CPU deschedules whole runs (a slice is a few ms), so the cell-wise minimum of two
+    profiles is checked, against a noise floor of 5 ms or half the smaller n's time."""
+    second = profile(CachedLM(tiny_llama(0, hidden=256, layers=2), name="tiny-target"), None, SMALL, progress=False)
     for rows_a, rows_b in zip(tiny_table.target.ms, second.target.ms):
         for row_a, row_b in zip(rows_a, rows_b):
             row = [min(a, b) for a, b in zip(row_a, row_b)]
-            assert row[-1] > row[0]
-            assert all(later >= 0.5 * earlier for earlier, later in zip(row, row[1:]))
+            assert row[-1] > 2 * row[0]
+            assert all(later >= earlier - max(5.0, 0.5 * earlier) for earlier, later in zip(row, row[1:]))
 
 
 def test_cost_interpolates_in_n_and_rounds_context_and_batch_up():
