@@ -14,6 +14,7 @@ named by index so an interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from dataclasses import dataclass
@@ -82,6 +83,12 @@ def _features(hidden_states: tuple[torch.Tensor, ...], layers: tuple[int, ...]) 
     return torch.cat([hidden_states[i] for i in layers], dim=-1).to(torch.bfloat16)
 
 
+def _cache_kwarg(model, cache: DynamicCache) -> dict:
+    """transformers renamed `past_key_values` to `cache`; pass whichever this model takes."""
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
 def _trim_cache(cache: DynamicCache, rows: torch.Tensor) -> None:
     """Keeps only the batch rows `rows` [B'] in every layer of the cache."""
     for layer in cache.layers:
@@ -97,8 +104,8 @@ def generate_batch(model, prompts: list[list[int]], prompt_ids: list[int], greed
     ids, mask = _left_pad(prompts, pad_id)  # [B, S]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                use_cache=True, output_hidden_states=True, logits_to_keep=1)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                output_hidden_states=True, logits_to_keep=1, **_cache_kwarg(model, cache))
     prefill = _features(out.hidden_states, layers)  # [B, S, F]
     feats = [[prefill[b, ids.shape[1] - len(p):]] for b, p in enumerate(prompts)]
     labels: list[list[int]] = [[] for _ in prompts]
@@ -128,7 +135,7 @@ def generate_batch(model, prompts: list[list[int]], prompt_ids: list[int], greed
         mask = torch.cat([mask, torch.ones(len(active), 1, dtype=torch.long)], dim=1)
         last_pos = last_pos + 1
         out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
-                    past_key_values=cache, use_cache=True, output_hidden_states=True)
+                    use_cache=True, output_hidden_states=True, **_cache_kwarg(model, cache))
         step = _features(out.hidden_states, layers)  # [B', 1, F]
         for j, row in enumerate(active.tolist()):
             feats[row].append(step[j])

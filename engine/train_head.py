@@ -1,0 +1,238 @@
+"""`specscope train-head`: an EAGLE-3 draft head for a target, trained on this kind of machine.
+
+1. Self-distillation: the target answers the training split of a prompt set
+   through its chat template (greedy and sampled, batched, bf16 where the CPU
+   has it), capturing its features and greedy tokens; chunks resume.
+2. A held-out split of prompts, never trained on, is answered greedily too.
+3. The draft vocabulary is the most frequent target tokens; its coverage of
+   the held-out target tokens is reported.
+4. The head is trained with the EAGLE-3 multi-step unroll (AdamW, fixed seed,
+   resumable checkpoints), then measured on the held-out answers: top-1
+   agreement per depth, τ of chains and trees.
+5. The head directory (config.json, fp16 model.safetensors), metrics.json
+   and a model card README.md are written.
+
+Work files (chunks, checkpoints) live in `--work`; only the head is meant to be committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.head import default_feature_layers, save_head
+from engine.training.objective import depth_stats
+from engine.training.selfdistill import (GenerationPlan, Sample, is_held_out, load_chunks, read_prompts,
+                                         run_generation)
+from engine.training.trainer import (LoopOptions, choose_draft_vocab, coverage, eval_batches, new_head,
+                                     target_to_draft_map, train_loop)
+
+DEFAULT_PROMPTS = Path(__file__).parent / "data" / "prompts" / "prompts.jsonl"
+
+
+@dataclass
+class TrainHeadOptions:
+    out: Path
+    work: Path
+    prompts: Path = DEFAULT_PROMPTS
+    held_out: float = 0.05  # share of prompts never trained on
+    eval_prompts: int = 64  # held-out prompts answered for the evaluation
+    max_tokens: int = 0  # response tokens to generate for training (0: no limit)
+    gen_minutes: float = 0.0  # generation time budget for this invocation (0: none)
+    chunk_size: int = 96
+    gen_batch: int = 48
+    max_new_tokens: int = 144
+    temperature: float = 0.8
+    greedy_share: float = 0.6
+    draft_vocab: int = 16384
+    intermediate_size: int = 0  # 0: the target's
+    loop: LoopOptions = field(default_factory=LoopOptions)
+    eval_depth: int = 5
+    seed: int = 0
+    command: str = ""
+
+
+def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], pad_id: int,
+               log=print) -> dict[str, Any]:
+    """The whole pipeline on a loaded target; returns the metrics written beside the head."""
+    started = time.time()
+    torch.manual_seed(options.seed)
+    layers = default_feature_layers(model.config.num_hidden_layers)
+    prompts = read_prompts(options.prompts)
+    train_rows = [r for r in prompts if not is_held_out(r["id"], options.held_out)]
+    held_rows = [r for r in prompts if is_held_out(r["id"], options.held_out)][:options.eval_prompts]
+    gen_plan = GenerationPlan(
+        prompts=train_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
+        max_new_tokens=options.max_new_tokens, temperature=options.temperature,
+        greedy_share=options.greedy_share, seed=options.seed, max_tokens=options.max_tokens,
+        deadline=time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0)
+    run_generation(model, tokenizer, gen_plan, layers, options.work / "train", eos_ids, pad_id, log)
+    held_plan = GenerationPlan(prompts=held_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
+                               max_new_tokens=options.max_new_tokens, greedy_share=1.0, seed=options.seed + 1)
+    run_generation(model, tokenizer, held_plan, layers, options.work / "heldout", eos_ids, pad_id, log)
+    samples, held = load_chunks(options.work / "train"), load_chunks(options.work / "heldout")
+    assert samples and held, "no self-distillation data: raise --max-tokens or --gen-minutes"
+    vocab_size = model.config.vocab_size
+    draft_vocab = choose_draft_vocab(samples, options.draft_vocab, vocab_size, set(eos_ids))
+    held_coverage = coverage(held, draft_vocab, vocab_size)
+    log(f"data: {len(samples)} answers, {_response_tokens(samples)} response tokens; held-out: {len(held)} answers; "
+        f"draft vocabulary {len(draft_vocab)} covers {held_coverage:.2%} of held-out target tokens")
+    head = new_head(model, draft_vocab, options.intermediate_size or None, layers, options.seed)
+    mapping = target_to_draft_map(draft_vocab, vocab_size)
+    loop = train_loop(head, samples, mapping, options.loop, options.work / "checkpoint.pt", log)
+    head.eval()
+    stats = depth_stats(head, eval_batches(held, mapping, options.loop.batch_sequences), options.eval_depth)
+    metrics = _metrics(options, samples, held, draft_vocab, held_coverage, loop, stats, started)
+    save_head(head, options.out, dtype=torch.float16)
+    (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (options.out / "README.md").write_text(model_card(metrics))
+    log(f"wrote {options.out}: held-out top-1 by depth {[round(x, 3) for x in stats.top1]}, "
+        f"τ chain {stats.tau_chain:.2f}, trees {({w: round(t, 2) for w, t in stats.tau_tree.items()})}")
+    return metrics
+
+
+def _response_tokens(samples: list[Sample]) -> int:
+    return sum(len(s.ids) - s.prompt_len for s in samples)
+
+
+def _metrics(options, samples, held, draft_vocab, held_coverage, loop, stats, started) -> dict[str, Any]:
+    return {
+        "command": options.command,
+        "data": {"train_answers": len(samples), "train_prompts": len({s.prompt_id for s in samples}),
+                 "train_response_tokens": _response_tokens(samples),
+                 "train_greedy_answers": sum(s.greedy for s in samples),
+                 "heldout_answers": len(held), "heldout_response_tokens": _response_tokens(held),
+                 "heldout_share_of_prompts": options.held_out},
+        "draft_vocab_size": len(draft_vocab),
+        "heldout_vocab_coverage": held_coverage,
+        "training": {"steps": loop.steps, "epochs": loop.epochs, "wall_s": loop.wall_s,
+                     "final_loss": loop.final_loss, "final_loss_by_step": loop.step_losses,
+                     **{k: v for k, v in asdict(options.loop).items()}},
+        "heldout": {"top1_by_depth": stats.top1, "chain_accept_by_depth": stats.chain_accept,
+                    "tau_chain": stats.tau_chain, "tau_tree": stats.tau_tree, "positions": stats.positions,
+                    "depth": options.eval_depth},
+        "pipeline_wall_s_this_invocation": time.time() - started,
+    }
+
+
+def model_card(m: dict[str, Any]) -> str:
+    """The README.md beside a trained head."""
+    d, t, h = m["data"], m["training"], m["heldout"]
+    depth_rows = "\n".join(f"| {k + 1} | {a:.3f} | {c:.3f} |"
+                           for k, (a, c) in enumerate(zip(h["top1_by_depth"], h["chain_accept_by_depth"])))
+    trees = ", ".join(f"top-{w} tree τ = {tau:.2f}" for w, tau in h["tau_tree"].items())
+    return f"""# EAGLE-3 draft head
+
+Trained with `specscope train-head` on self-distillation data from its target.
+
+## Data
+- {d['train_answers']} answers to {d['train_prompts']} training prompts ({d['train_greedy_answers']} greedy, the rest
+  sampled), {d['train_response_tokens']} response tokens.
+- Held out: {d['heldout_answers']} greedy answers ({d['heldout_response_tokens']} tokens) to prompts never
+  trained on ({d['heldout_share_of_prompts']:.0%} of the prompt set is held out).
+- Draft vocabulary: {m['draft_vocab_size']} most frequent target tokens, covering
+  {m['heldout_vocab_coverage']:.2%} of the held-out target tokens.
+
+## Training
+- EAGLE-3 objective, {t['ttt_steps']}-step unroll (step weights {t['step_decay']}^k), AdamW lr {t['lr']},
+  weight decay {t['weight_decay']}, {t['batch_sequences']} sequences a batch, seed {t['seed']}.
+- {t['steps']} steps ({t['epochs']:.2f} epochs) in {t['wall_s'] / 60:.1f} min; final loss {t['final_loss']:.3f}
+  (by unroll step: {', '.join(f'{x:.3f}' for x in t['final_loss_by_step'])}).
+
+## Held-out acceptance (teacher-forced simulation of greedy drafting, {h['positions']} positions)
+
+| depth | top-1 agreement | chain acceptance given all shallower accepted |
+| --- | --- | --- |
+{depth_rows}
+
+τ of a top-1 chain of depth {h['depth']}: {h['tau_chain']:.2f}; {trees} (unbounded width, depth {h['depth']}).
+
+## Command
+
+```
+{m['command']}
+```
+"""
+
+
+def export_ids(samples: list[Sample], path: Path) -> None:
+    """Token ids of every answer (prompt and response), compressed, to retrain without regenerating."""
+    ids = np.concatenate([s.ids.numpy().astype(np.uint32) for s in samples])
+    dtype = np.uint16 if ids.max(initial=0) < 2 ** 16 else np.uint32
+    np.savez_compressed(path, ids=ids.astype(dtype), lengths=np.array([len(s.ids) for s in samples]),
+                        prompt_len=np.array([s.prompt_len for s in samples]),
+                        prompt_id=np.array([s.prompt_id for s in samples]),
+                        greedy=np.array([s.greedy for s in samples]))
+
+
+def register_cli(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds `specscope train-head`."""
+    p = subparsers.add_parser("train-head", help="train an EAGLE-3 draft head for a target (CPU is enough)",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True, help="head directory to write")
+    p.add_argument("--work", type=Path, default=None, help="chunks and checkpoints (default: user cache)")
+    p.add_argument("--target", default=None, help="target: hub id or folder (default: embedded SmolLM2)")
+    p.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="prompt set, JSON lines with id and prompt")
+    p.add_argument("--held-out", type=float, default=0.05, help="share of prompts never trained on")
+    p.add_argument("--eval-prompts", type=int, default=64, help="held-out prompts answered for evaluation")
+    p.add_argument("--max-tokens", type=int, default=0, help="training response tokens to generate (0: no limit)")
+    p.add_argument("--gen-minutes", type=float, default=0.0, help="generation budget of this invocation")
+    p.add_argument("--max-new-tokens", type=int, default=144)
+    p.add_argument("--gen-batch", type=int, default=48)
+    p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (>= target's: full)")
+    p.add_argument("--intermediate-size", type=int, default=0, help="head MLP width (0: the target's)")
+    p.add_argument("--ttt-steps", type=int, default=3, help="unroll steps of the EAGLE-3 objective")
+    p.add_argument("--train-minutes", type=float, default=20.0)
+    p.add_argument("--max-steps", type=int, default=0)
+    p.add_argument("--epochs", type=float, default=0.0)
+    p.add_argument("--batch-sequences", type=int, default=16)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--eval-depth", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default=None, help="target dtype for generation (default: bf16 where native)")
+    p.add_argument("--export-ids", type=Path, default=None, help="also write the answers' token ids (.npz)")
+    p.set_defaults(func=train_head_command)
+    return p
+
+
+def train_head_command(args: argparse.Namespace) -> int:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.embedded import cache_root, embedded_model_dir
+    from engine.loading import DTYPES, cpu_has_native_bf16
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    native_bf16 = cpu_has_native_bf16()
+    dtype = DTYPES[args.dtype] if args.dtype else (torch.bfloat16 if native_bf16 else torch.float32)
+    target = args.target or str(embedded_model_dir())
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype).eval()
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    if "<|im_end|>" in tokenizer.get_vocab():
+        eos.add(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+    work = args.work or cache_root() / "train-head" / Path(target).name.lower()
+    loop = LoopOptions(ttt_steps=args.ttt_steps, batch_sequences=args.batch_sequences, lr=args.lr,
+                       max_steps=args.max_steps, epochs=args.epochs, minutes=args.train_minutes, seed=args.seed,
+                       bf16=native_bf16)
+    options = TrainHeadOptions(
+        out=args.out, work=work, prompts=args.prompts, held_out=args.held_out, eval_prompts=args.eval_prompts,
+        max_tokens=args.max_tokens, gen_minutes=args.gen_minutes, gen_batch=args.gen_batch,
+        max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size,
+        loop=loop, eval_depth=args.eval_depth, seed=args.seed,
+        command="specscope " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    train_head(model, tokenizer, options, eos, pad)
+    if args.export_ids:
+        export_ids(load_chunks(work / "train") + load_chunks(work / "heldout"), args.export_ids)
+    return 0

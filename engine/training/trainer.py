@@ -1,0 +1,199 @@
+"""Training a head: draft vocabulary from token frequencies, initialisation, the resumable loop."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from engine.head import Eagle3Head, head_config, set_vocab_map
+from engine.training.objective import Batch, make_batch, unroll
+from engine.training.selfdistill import Sample
+
+
+def choose_draft_vocab(samples: list[Sample], size: int, vocab_size: int, always: set[int]) -> torch.Tensor:
+    """[Vd] target ids, ascending: the `size` most frequent target tokens in the responses, plus `always`."""
+    if size >= vocab_size:
+        return torch.arange(vocab_size)
+    counts: Counter = Counter()
+    for s in samples:
+        counts.update(s.labels.tolist())
+        counts.update(s.ids[s.prompt_len:].tolist())
+    chosen = set(always)
+    for token, _ in counts.most_common():
+        if len(chosen) >= size:
+            break
+        chosen.add(token)
+    filler = (t for t in range(vocab_size) if t not in chosen)  # rare data: pad with low ids
+    while len(chosen) < size:
+        chosen.add(next(filler))
+    return torch.tensor(sorted(chosen))
+
+
+def target_to_draft_map(draft_vocab: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[V] long: the draft id of each target id, -1 outside the draft vocabulary."""
+    mapping = torch.full((vocab_size,), -1, dtype=torch.long)
+    mapping[draft_vocab] = torch.arange(len(draft_vocab))
+    return mapping
+
+
+def coverage(samples: list[Sample], draft_vocab: torch.Tensor, vocab_size: int) -> float:
+    """Share of the target's greedy tokens in `samples` that the draft vocabulary holds."""
+    inside = torch.zeros(vocab_size, dtype=torch.bool)
+    inside[draft_vocab] = True
+    labels = torch.cat([s.labels for s in samples])
+    return inside[labels].float().mean().item()
+
+
+def new_head(target_model, draft_vocab: torch.Tensor, intermediate_size: int | None,
+             feature_layers: tuple[int, ...], seed: int) -> Eagle3Head:
+    """A float32 head whose output norm and lm_head rows start as the target's own."""
+    torch.manual_seed(seed)
+    vocab_size = target_model.config.vocab_size
+    config = head_config(target_model.config, draft_vocab_size=len(draft_vocab),
+                         intermediate_size=intermediate_size, feature_layers=feature_layers)
+    embeddings = target_model.get_input_embeddings().weight.detach().float()  # [V, H]
+    head = Eagle3Head(config, embeddings)
+    if len(draft_vocab) < vocab_size:
+        set_vocab_map(head, draft_vocab)
+    with torch.no_grad():
+        # The head's output plays the role of the target's last hidden state: start from its readout.
+        head.lm_head.weight.copy_(target_model.get_output_embeddings().weight.detach().float()[draft_vocab])
+        final_norm = getattr(getattr(target_model, "model", None), "norm", None)
+        if final_norm is not None:
+            head.norm.weight.copy_(final_norm.weight.detach().float())
+    return head
+
+
+@dataclass
+class LoopOptions:
+    ttt_steps: int = 3
+    step_decay: float = 0.8
+    batch_sequences: int = 16
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 30
+    max_steps: int = 0  # 0: no step limit
+    epochs: float = 0.0  # 0: no epoch limit
+    minutes: float = 0.0  # 0: no time limit
+    checkpoint_every: int = 50
+    seed: int = 0
+    bf16: bool = False  # autocast matmuls to bfloat16 (CPUs with native bf16)
+
+
+def batches_for_epoch(samples: list[Sample], batch_sequences: int, rng: random.Random) -> list[list[int]]:
+    """Shuffled batches of similar-length samples (less padding), as sample indices."""
+    order = list(range(len(samples)))
+    rng.shuffle(order)
+    group = batch_sequences * 16
+    batches = []
+    for g in range(0, len(order), group):
+        block = sorted(order[g:g + group], key=lambda i: len(samples[i].ids))
+        batches += [block[b:b + batch_sequences] for b in range(0, len(block), batch_sequences)]
+    rng.shuffle(batches)
+    return batches
+
+
+@dataclass
+class LoopResult:
+    steps: int
+    wall_s: float
+    epochs: float
+    final_loss: float  # mean weighted loss over the last 20 steps
+    step_losses: list[float]  # per unroll step, mean over the last 20 steps
+
+
+def train_loop(head: Eagle3Head, samples: list[Sample], target_to_draft: torch.Tensor, options: LoopOptions,
+               checkpoint: Path | None, log=print) -> LoopResult:
+    """AdamW with warmup and cosine decay over whichever budget (steps, epochs, minutes) runs out first."""
+    params = [p for p in head.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay, betas=(0.9, 0.95))
+    state = {"step": 0, "elapsed": 0.0, "epoch": 0, "batch": 0, "recent": []}
+    if checkpoint is not None and checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        head.load_state_dict(saved["head"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["state"]
+        log(f"resumed from {checkpoint} at step {state['step']}")
+    per_epoch = math.ceil(len(samples) / options.batch_sequences)
+    bar = tqdm(initial=state["step"], total=options.max_steps or None, desc="training head", unit="step")
+    started = time.time() - state["elapsed"]
+    while not _done(state, options, per_epoch, time.time() - started):
+        order = batches_for_epoch(samples, options.batch_sequences, random.Random(options.seed * 1000 + state["epoch"]))
+        for indices in order[state["batch"]:]:
+            progress = _progress(state, options, per_epoch, time.time() - started)
+            if progress >= 1:
+                break
+            _set_lr(optimizer, options, state["step"], progress)
+            batch = make_batch([samples[i] for i in indices], target_to_draft)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
+                result = unroll(head, batch, options.ttt_steps, options.step_decay)
+            optimizer.zero_grad(set_to_none=True)
+            result.loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            state["step"] += 1
+            state["batch"] += 1
+            state["recent"] = (state["recent"] + [[result.loss.item()] + result.step_losses])[-20:]
+            bar.update(1)
+            bar.set_postfix(loss=f"{result.loss.item():.3f}", depth1=f"{result.step_losses[0]:.3f}")
+            if checkpoint is not None and state["step"] % options.checkpoint_every == 0:
+                state["elapsed"] = time.time() - started
+                _save(checkpoint, head, optimizer, state)
+        else:
+            state["epoch"] += 1
+            state["batch"] = 0
+            continue
+        break
+    bar.close()
+    state["elapsed"] = time.time() - started
+    if checkpoint is not None:
+        _save(checkpoint, head, optimizer, state)
+    recent = torch.tensor(state["recent"]) if state["recent"] else torch.zeros(1, options.ttt_steps + 1)
+    return LoopResult(steps=state["step"], wall_s=state["elapsed"],
+                      epochs=state["epoch"] + state["batch"] / max(per_epoch, 1),
+                      final_loss=recent[:, 0].mean().item(), step_losses=recent[:, 1:].mean(0).tolist())
+
+
+def _progress(state: dict, options: LoopOptions, per_epoch: int, elapsed: float) -> float:
+    """How far through the budget we are, 0..1, by the tightest of steps, epochs and minutes."""
+    parts = []
+    if options.max_steps:
+        parts.append(state["step"] / options.max_steps)
+    if options.epochs:
+        parts.append((state["epoch"] + state["batch"] / max(per_epoch, 1)) / options.epochs)
+    if options.minutes:
+        parts.append(elapsed / (options.minutes * 60))
+    assert parts, "give the loop a budget: steps, epochs or minutes"
+    return max(parts)
+
+
+def _done(state: dict, options: LoopOptions, per_epoch: int, elapsed: float) -> bool:
+    return _progress(state, options, per_epoch, elapsed) >= 1
+
+
+def _set_lr(optimizer, options: LoopOptions, step: int, progress: float) -> None:
+    warm = min(1.0, (step + 1) / max(options.warmup_steps, 1))
+    cosine = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    for group in optimizer.param_groups:
+        group["lr"] = options.lr * warm * cosine
+
+
+def _save(path: Path, head: Eagle3Head, optimizer, state: dict) -> None:
+    """Atomic, so an interrupted run resumes from the last whole checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    torch.save({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "state": state}, partial)
+    partial.rename(path)
+
+
+def eval_batches(samples: list[Sample], target_to_draft: torch.Tensor, batch_sequences: int) -> list[Batch]:
+    ordered = sorted(samples, key=lambda s: len(s.ids))
+    return [make_batch(ordered[i:i + batch_sequences], target_to_draft)
+            for i in range(0, len(ordered), batch_sequences)]

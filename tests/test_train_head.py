@@ -1,0 +1,129 @@
+"""`specscope train-head` end to end on an in-code target, and the objective's agreement with the drafter."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from engine.drafters.eagle_head import EagleHeadDrafter
+from engine.head import load_head
+from engine.tree import DraftTree
+from engine.sampling import SamplingParams
+from engine.testing import TINY_EOS, tiny_llama
+from engine.train_head import TrainHeadOptions, export_ids, model_card, train_head
+from engine.training.objective import make_batch, unroll
+from engine.training.selfdistill import Sample, extract, is_held_out, load_chunks
+from engine.training.trainer import LoopOptions, new_head, target_to_draft_map
+
+LAYERS = 6
+
+
+def write_prompts(path, count: int = 40) -> None:
+    with path.open("w") as f:
+        for i in range(count):
+            f.write(json.dumps({"id": i, "kind": "test", "prompt": f"prompt number {i} about {'xyz'[i % 3]}"}) + "\n")
+
+
+def tiny_options(tmp_path, steps: int = 6) -> TrainHeadOptions:
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts)
+    return TrainHeadOptions(
+        out=tmp_path / "head", work=tmp_path / "work", prompts=prompts, held_out=0.2, eval_prompts=4,
+        max_tokens=150, chunk_size=8, gen_batch=8, max_new_tokens=12, draft_vocab=128,
+        loop=LoopOptions(ttt_steps=2, batch_sequences=4, max_steps=steps, checkpoint_every=2, warmup_steps=2),
+        eval_depth=3, command="specscope train-head --test")
+
+
+def test_train_head_runs_end_to_end_and_the_head_loads_as_a_drafter(tmp_path):
+    target = tiny_llama(0, layers=LAYERS)
+    options = tiny_options(tmp_path)
+    metrics = train_head(target, None, options, {TINY_EOS}, TINY_EOS, log=lambda *a: None)
+    assert metrics["training"]["steps"] == 6
+    assert len(metrics["heldout"]["top1_by_depth"]) == 3
+    assert 0 < metrics["heldout_vocab_coverage"] <= 1
+    assert metrics["data"]["train_response_tokens"] >= 150
+    card = (options.out / "README.md").read_text()
+    assert "specscope train-head --test" in card and "top-1 agreement" in card
+    config = json.loads((options.out / "config.json").read_text())
+    assert config["draft_vocab_size"] == 128 and config["architectures"] == ["LlamaForCausalLMEagle3"]
+    drafter = EagleHeadDrafter.from_dir(options.out, target)
+    assert drafter.feature_layers == (2, 3, 3)
+    train_ids = {s.prompt_id for s in load_chunks(options.work / "train")}
+    held_ids = {s.prompt_id for s in load_chunks(options.work / "heldout")}
+    assert not train_ids & held_ids
+    assert all(is_held_out(i, 0.2) for i in held_ids) and not any(is_held_out(i, 0.2) for i in train_ids)
+
+
+def test_train_head_resumes_without_regenerating_or_retraining(tmp_path):
+    target = tiny_llama(0, layers=LAYERS)
+    options = tiny_options(tmp_path, steps=4)
+    train_head(target, None, options, {TINY_EOS}, TINY_EOS, log=lambda *a: None)
+    chunks = sorted((options.work / "train" / "chunks").glob("*.pt"))
+    stamps = [c.stat().st_mtime_ns for c in chunks]
+    lines = []
+    metrics = train_head(target, None, options, {TINY_EOS}, TINY_EOS, log=lines.append)
+    assert [c.stat().st_mtime_ns for c in chunks] == stamps
+    assert any("resumed" in line for line in lines)
+    assert metrics["training"]["steps"] == 4
+
+
+def test_captured_features_match_a_teacher_forced_pass(tmp_path):
+    target = tiny_llama(0, layers=LAYERS)
+    options = tiny_options(tmp_path, steps=1)
+    train_head(target, None, options, {TINY_EOS}, TINY_EOS, log=lambda *a: None)
+    samples = load_chunks(options.work / "train")[:4]
+    again = extract(target, [(s.prompt_id, s.greedy, s.ids.tolist(), s.prompt_len) for s in samples],
+                    (2, 3, 3), TINY_EOS)
+    for a, b in zip(samples, again):
+        assert torch.allclose(a.features.float(), b.features.float(), atol=0.05, rtol=0.02)
+        assert (a.labels == b.labels).float().mean() > 0.9  # bf16 storage may flip near-ties
+    export_ids(samples, tmp_path / "ids.npz")
+    import numpy as np
+    data = np.load(tmp_path / "ids.npz")
+    assert data["lengths"].sum() == len(data["ids"]) == sum(len(s.ids) for s in samples)
+
+
+def test_unroll_equals_the_drafter_on_a_greedy_chain():
+    """Training and inference see the same head: step k of the unroll at pair i is the drafter's
+    depth-k node in a tree rooted at token i + 1, when the chain's drafts are the data tokens."""
+    torch.manual_seed(0)
+    target = tiny_llama(0, layers=LAYERS)
+    ids = torch.randint(0, 250, (12,))
+    with torch.no_grad():
+        out = target(input_ids=ids[None], output_hidden_states=True)
+    layers = (2, 3, 3)
+    feats = torch.cat([out.hidden_states[i][0] for i in layers], dim=-1)  # [T, F]
+    argmax = out.logits[0].argmax(-1)
+    prompt_len = 5
+    sample = Sample(0, True, ids, prompt_len, feats[:-1], argmax[prompt_len - 1:-1])
+    vocab = torch.arange(260)
+    head = new_head(target, vocab, None, layers, seed=0)
+    for p in head.midlayer.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    with torch.no_grad():
+        result = unroll(head, make_batch([sample], target_to_draft_map(vocab, 260)), steps=3, keep_logits=True)
+    root = 6  # context ids[:7], root ids[6]: pair i = 5
+    drafter = EagleHeadDrafter(head)
+    drafter.start(ids[:root + 1].tolist(), feats[:root])
+    tree = DraftTree.with_root(int(ids[root]))
+    node = 0
+    for k in range(3):
+        logits = drafter.frontier_logits(tree, [node])[0]
+        assert torch.allclose(logits, result.logits[k][0, root - 1], atol=1e-4), k
+        node = tree.add(node, int(ids[root + 1 + k]), 0.5, 0.5)
+    drafter.propose(tree, [node], 1, False, SamplingParams(), torch.Generator())
+
+
+def test_model_card_lists_acceptance_by_depth():
+    metrics = {"command": "specscope train-head --out x", "draft_vocab_size": 16384, "heldout_vocab_coverage": 0.99,
+               "data": {"train_answers": 10, "train_prompts": 10, "train_response_tokens": 1000,
+                        "train_greedy_answers": 6, "heldout_answers": 2, "heldout_response_tokens": 200,
+                        "heldout_share_of_prompts": 0.05},
+               "training": {"steps": 5, "epochs": 1.0, "wall_s": 60.0, "final_loss": 2.0, "final_loss_by_step": [1.0],
+                            "ttt_steps": 1, "step_decay": 0.8, "lr": 1e-3, "weight_decay": 0.01, "batch_sequences": 4,
+                            "seed": 0},
+               "heldout": {"top1_by_depth": [0.6, 0.4], "chain_accept_by_depth": [0.6, 0.5], "tau_chain": 1.9,
+                           "tau_tree": {4: 2.5}, "positions": 100, "depth": 2}}
+    card = model_card(metrics)
+    assert "| 1 | 0.600 | 0.600 |" in card and "top-4 tree τ = 2.50" in card
