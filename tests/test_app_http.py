@@ -1,0 +1,95 @@
+"""The page, its JSON endpoints, settings and the boundary between engine and web."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.pages import TRACES_DIR
+from app.serve import add_arguments, register_cli, settings_from_args
+from app.settings import ServerSettings
+from engine.events import read_trace
+from engine.policies import policy_schemas
+from engine.testing import tiny_engine
+
+TEST_IDS = ["prompt", "policy", "run", "stop", "tree", "output", "metrics", "status", "step-timeline",
+            "compare-toggle", "compare-run", "compare-table"]
+
+
+@pytest.fixture(scope="module")
+def client():
+    engine = tiny_engine(seed=0)
+    with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: engine)) as client:
+        yield client
+
+
+def test_page_carries_every_stable_test_hook(client):
+    html = client.get("/").text
+    for test_id in TEST_IDS:
+        assert f'data-testid="{test_id}"' in html, test_id
+
+
+def test_page_names_the_server_model(client):
+    assert "tiny-target" in client.get("/").text
+
+
+def test_policies_endpoint_serves_the_engine_schemas_with_defaults(client):
+    served = client.get("/api/policies").json()
+    assert served == policy_schemas()
+    assert served["talon"]["properties"]["mu"]["default"] == 0.03
+
+
+def test_info_lists_only_server_loaded_drafters(client):
+    info = client.get("/api/info").json()
+    assert info["drafters"] == ["draft-lm", "prompt-lookup"]
+
+
+def test_static_files_are_served_and_paths_cannot_escape(client):
+    assert client.get("/static/js/core.js").status_code == 200
+    assert client.get("/static/../app/settings.py").status_code == 404
+    assert client.get("/static/%2e%2e/app/settings.py").status_code == 404
+
+
+def test_shipped_traces_are_listed_and_parse_as_engine_events(client):
+    listed = client.get("/api/traces").json()
+    assert listed, "ship at least one trace for replay with no model"
+    for entry in listed:
+        assert client.get(entry["url"]).status_code == 200
+        events = read_trace(str(TRACES_DIR / Path(entry["url"]).name))
+        assert events[0].type == "run_started" and events[-1].type == "run_finished"
+
+
+def test_command_line_overrides_environment_which_overrides_defaults(monkeypatch):
+    monkeypatch.setenv("SPECSCOPE_PORT", "9001")
+    monkeypatch.setenv("SPECSCOPE_HOST", "0.0.0.0")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    settings = settings_from_args(parser.parse_args(["--host", "127.0.0.2", "--device", "cpu"]))
+    assert (settings.host, settings.port, settings.device, settings.target) == ("127.0.0.2", 9001, "cpu", None)
+
+
+def test_default_settings_bind_localhost_8000(monkeypatch):
+    for name in ("SPECSCOPE_HOST", "SPECSCOPE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert (ServerSettings().host, ServerSettings().port) == ("127.0.0.1", 8000)
+
+
+def test_register_cli_adds_a_serve_subcommand():
+    parser = argparse.ArgumentParser(prog="specscope")
+    register_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "--port", "8123", "--replay-only"])
+    assert args.command == "serve" and args.port == 8123 and args.replay_only is True
+    assert callable(args.func)
+
+
+def test_engine_never_imports_the_web_stack():
+    code = ("import sys, engine.engine, engine.events, engine.request, engine.policies, engine.testing; "
+            "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn', 'app') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
