@@ -88,6 +88,7 @@ class Policy(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[PolicyParams]]
     drafts: ClassVar[bool] = True  # False only for the no-draft baseline
+    needs_costs: ClassVar[bool] = False  # reads context["cost_table"], the measured forward times
 
     def __init__(self, params: PolicyParams, context: dict[str, Any] | None = None):
         self.params = params
