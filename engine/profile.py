@@ -269,6 +269,8 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--no-draft", action="store_true", help="measure the target only")
     parser.add_argument("--target", default=None, help="target model: hub id or folder (default: embedded SmolLM2)")
     parser.add_argument("--draft", default=None, help="draft model: hub id or folder (default: none)")
+    parser.add_argument("--head", default=None, help="EAGLE-3 draft head folder (not profiled: no CachedLM)")
+    parser.add_argument("--drafter", default=None, help="default drafter of the loaded engine")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the device's best)")
     parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: the best available)")
     parser.set_defaults(func=profile_command)
@@ -291,7 +293,8 @@ def profile_command(args: argparse.Namespace, engine: Any | None = None) -> int:
 
 def _load_engine(args: argparse.Namespace) -> Any:
     from engine.loading import load_engine  # imported late: tests and --help need no model
-    return load_engine(target=args.target, draft=args.draft, dtype=args.dtype, device=args.device)
+    return load_engine(target=args.target, draft=args.draft, head=args.head, drafter=args.drafter,
+                       dtype=args.dtype, device=args.device)
 
 
 if __name__ == "__main__":  # lets `python -m engine.profile` work before the CLI wires it in

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from engine.costs import cost_table_from_context
+from engine.costs import CostTable, cost_table_from_context
 from engine.policies.base import Adjustment, Decision, LayerSelection, Policy, PolicyParams, Pool, Rerank, StepOutcome
 from engine.tree import DraftTree
 
@@ -121,12 +121,20 @@ def _slope(gain: float, spend: float) -> float:
 
 class CastPolicy(Policy):
     name = "cast"
+    needs_costs = True
     Params = CastParams
 
     def __init__(self, params: CastParams, context: dict | None = None):
         super().__init__(params, context)
-        self.costs = cost_table_from_context(self.context, self.name)
+        self._costs: CostTable | None = None
         self.start_run()
+
+    @property
+    def costs(self) -> CostTable:
+        """The cost table, resolved on first use: validating parameters alone needs none."""
+        if self._costs is None:
+            self._costs = cost_table_from_context(self.context, self.name)
+        return self._costs
 
     def start_run(self) -> None:
         self.gains: deque[float] = deque([1.0] * self.params.window, maxlen=self.params.window)

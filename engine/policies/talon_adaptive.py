@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from engine.costs import cost_table_from_context
+from engine.costs import CostTable, cost_table_from_context
 from engine.policies.base import Adjustment, StepOutcome
 from engine.policies.talon import TalonParams, TalonPolicy
 
@@ -91,13 +91,21 @@ class AdaptState:
 
 class TalonAdaptivePolicy(TalonPolicy):
     name = "talon-adaptive"
+    needs_costs = True
     Params = TalonAdaptiveParams
 
     def __init__(self, params: TalonAdaptiveParams, context: dict | None = None):
         super().__init__(params, context)
         self.initial = params
-        self.costs = cost_table_from_context(self.context, self.name)
+        self._costs: CostTable | None = None
         self.start_run()
+
+    @property
+    def costs(self) -> CostTable:
+        """The cost table, resolved on first use: validating parameters alone needs none."""
+        if self._costs is None:
+            self._costs = cost_table_from_context(self.context, self.name)
+        return self._costs
 
     def start_run(self) -> None:
         self.params = self.initial
