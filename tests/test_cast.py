@@ -221,3 +221,22 @@ def test_calibration_scales_utility_by_accepted_over_predicted():
     assert len(cast.finalize(tree).keep) > sent
     cast.start_run()
     assert cast.kappa == 1.0
+
+
+def test_draft_costs_follow_the_measured_draft_time():
+    """A drafter far cheaper than the table says (prompt lookup under an assumed cost) earns wider layers."""
+    from engine.policies.base import StepOutcome
+
+    cast = make_cast(CostTable.linear(1.6, 42.0, draft_lam=2.0, draft_delta=4.0), c1=0.02, c2=0.0, max_depth=2)
+    tree = DraftTree.with_root(0)
+    pool = layer_pool(tree, [0], PEAKED, depth=1)
+    before = sum(d.expanded for d in cast.select_layer(tree, pool).decisions)
+    changes = []
+    for _ in range(5):
+        cast.select_layer(tree, pool)
+        cast.finalize(tree)
+        changes += cast.observe(StepOutcome(tree_size=2, depth=1, accepted=1, draft_ms=0.1, verify_ms=40.0,
+                                            other_ms=1.0, prefix_len=300))
+    after = sum(d.expanded for d in cast.select_layer(tree, pool).decisions)
+    assert cast.draft_scale < 0.5 and any(c.param == "draft_cost_scale" for c in changes)
+    assert after > before == 2

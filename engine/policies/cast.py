@@ -36,7 +36,12 @@ calibration (ours, not the paper's) A path score is the draft's confidence, not
         a request, κ = (accepted + 1) / (Σ path scores verified + 1) rescales
         utilities to min(1, κ·score); and the best node is always verified
         (min_verify) so κ has evidence to learn from even when costs would send nothing.
-        κ = 1 until a step is observed, so the paper's rules hold as stated on fresh policies.
+        Likewise the draft's cost: a drafter that is no CachedLM (the head, prompt
+        lookup) has only an assumed cost in the table, and every drafter pays Python
+        overhead the table cannot see, so draft costs are scaled by ρ = (measured
+        draft ms + p) / (table-predicted draft ms + p) over the request (p: one
+        predicted forward, so ρ starts at 1).
+        κ = ρ = 1 until a step is observed, so the paper's rules hold as stated on fresh policies.
 
 C1–C3 are in expected tokens per ms, so they depend on device and model; the
 paper gives none; docs/cast.md records the sweep that chose the defaults.
@@ -145,6 +150,15 @@ class CastPolicy(Policy):
         self._accepted_sum = 0.0
         self._predicted_sum = 0.0
         self._verified_score = 0.0  # Σ path scores sent to verification in the current step
+        self.draft_scale = 1.0  # measured draft ms per table-predicted draft ms, this request (ρ)
+        self._reported_scale = 1.0
+        self._draft_ms_sum = 0.0
+        self._draft_predicted_sum = 0.0
+        self._step_draft_predicted = 0.0  # table ms of the draft forwards of the current step
+
+    def draft_cost(self, n: int, context: int) -> float:
+        """ms of a draft forward of n tokens, as the table predicts it, scaled by ρ."""
+        return self.draft_scale * self.costs.draft_cost(n, context, self.params.batch)
 
     def value(self, score: float) -> float:
         """A node's utility: its calibrated chance of being accepted."""
@@ -154,10 +168,11 @@ class CastPolicy(Policy):
         return self.params.top_k
 
     def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
+        context = pool.prefix_len + len(tree)
         if pool.depth == 1:
             self._layer_utility = {}
+            self._step_draft_predicted = self.costs.draft_cost(1, context, self.params.batch)
         self._prefix_len = pool.prefix_len
-        context = pool.prefix_len + len(tree)
         ranked = sorted(range(len(pool)), key=lambda i: (-pool.score[i], i))
         width = self._width(pool, ranked, context)
         decisions = self._width_decisions(pool, ranked, width)
@@ -180,7 +195,7 @@ class CastPolicy(Policy):
         utility = [0.0]
         for i in considered:
             utility.append(utility[-1] + self.value(pool.score[i]))
-        cost = [self.costs.draft_cost(k, context, self.params.batch) for k in range(len(considered) + 1)]
+        cost = [self.draft_cost(k, context) for k in range(len(considered) + 1)]
         return marginal_walk(utility, cost, self.params.c1, start=min(1, len(considered)))
 
     def _width_decisions(self, pool: Pool, ranked: list[int], width: MarginalChoice) -> list[Decision]:
@@ -211,12 +226,13 @@ class CastPolicy(Policy):
         """Why the next layer is not drafted (as decision detail), or None to grow it."""
         phi = sum(self.gains) / len(self.gains)
         predicted = phi * utility
-        cost = self.costs.draft_cost(width, context + width, self.params.batch)
+        cost = self.draft_cost(width, context + width)
         ratio = _slope(predicted, cost)
         detail = {"predicted_utility": predicted, "phi": phi, "depth_cost_ms": cost,
                   "depth_ratio": _finite(ratio), "depth_threshold": self.params.c2}
         if depth >= self.params.max_depth or width == 0 or ratio < self.params.c2:
             return detail
+        self._step_draft_predicted += cost / self.draft_scale
         return None
 
     def finalize(self, tree: DraftTree) -> Rerank:
@@ -247,19 +263,30 @@ class CastPolicy(Policy):
         return Rerank(keep=keep, pruned=pruned)
 
     def observe(self, outcome: StepOutcome) -> list[Adjustment]:
-        """Updates κ from the step's accepted count; reports it when it has moved by a quarter."""
+        """Updates κ and ρ from the step; reports each when it has moved by a quarter since last said."""
         if not self.params.calibrate:
             return []
         self._accepted_sum += outcome.accepted
         self._predicted_sum += self._verified_score
         self.kappa = (self._accepted_sum + 1) / (self._predicted_sum + 1)
-        old = self._reported_kappa
-        if abs(self.kappa - old) <= 0.25 * old:
-            return []
-        self._reported_kappa = self.kappa
-        return [Adjustment(param="kappa", old=old, new=self.kappa,
-                           why=f"{self._accepted_sum:.0f} drafts accepted where the verified path scores "
-                               f"predicted {self._predicted_sum:.1f}: utilities rescaled by κ")]
+        pseudo = self.costs.draft_cost(1, outcome.prefix_len, self.params.batch)
+        self._draft_ms_sum += outcome.draft_ms
+        self._draft_predicted_sum += self._step_draft_predicted
+        self.draft_scale = min(max((self._draft_ms_sum + pseudo) / (self._draft_predicted_sum + pseudo), 0.01), 100.0)
+        changes = []
+        if abs(self.kappa - self._reported_kappa) > 0.25 * self._reported_kappa:
+            changes.append(Adjustment(
+                param="kappa", old=self._reported_kappa, new=self.kappa,
+                why=f"{self._accepted_sum:.0f} drafts accepted where the verified path scores predicted "
+                    f"{self._predicted_sum:.1f}: utilities rescaled by κ"))
+            self._reported_kappa = self.kappa
+        if abs(self.draft_scale - self._reported_scale) > 0.25 * self._reported_scale:
+            changes.append(Adjustment(
+                param="draft_cost_scale", old=self._reported_scale, new=self.draft_scale,
+                why=f"drafting took {self._draft_ms_sum:.0f} ms where the cost table predicted "
+                    f"{self._draft_predicted_sum:.0f}: draft costs rescaled by ρ"))
+            self._reported_scale = self.draft_scale
+        return changes
 
 
 def _ancestors_in(tree: DraftTree, node: int, chosen: set[int]) -> bool:
