@@ -47,14 +47,12 @@ def children_lists(tree: DraftTree) -> list[list[int]]:
 def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
     """target_logits: [T, V]. The longest path of argmax tokens, then the argmax after it."""
     best = target_logits.argmax(-1).tolist()  # [T]
-    probs = torch.softmax(target_logits.double(), dim=-1)  # [T, V]
     children = children_lists(tree)
-    path, verdicts, p_of_node = [0], {}, {}
+    path, verdicts = [0], {}
     node = 0
     while True:
         match = None
         for child in children[node]:
-            p_of_node[child] = probs[node, tree.token[child]].item()
             hit = match is None and tree.token[child] == best[node]
             verdicts[child] = "accepted" if hit else "rejected"
             match = child if hit else match
@@ -63,7 +61,10 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
         path.append(match)
         node = match
     kind = "recovered" if children[node] else "bonus"
-    return Acceptance(path, best[node], kind, probs[node, best[node]].item(), verdicts, p_of_node)
+    probs = torch.softmax(target_logits[path].double(), dim=-1)  # [A, V]: only the rows the walk read
+    row = {n: i for i, n in enumerate(path)}
+    p_of_node = {child: probs[row[tree.parent[child]], tree.token[child]].item() for child in verdicts}
+    return Acceptance(path, best[node], kind, probs[-1, best[node]].item(), verdicts, p_of_node)
 
 
 def accept_sampled(tree: DraftTree, target_probs: torch.Tensor, draft_dists: dict[int, torch.Tensor],
