@@ -197,8 +197,9 @@ async function start() {
   $("compare-toggle").addEventListener("click", () => page.compare.toggle());
   await loadTraceList();
   if (setup.trace) {
-    $("trace").value = `/static/traces/${setup.trace}.jsonl`;
-    await loadTrace($("trace").value).catch(reportError);
+    const url = `/static/traces/${encodeURIComponent(setup.trace)}.jsonl`;
+    $("trace").value = url;
+    await loadTrace(url).catch(reportError);
   } else {
     setStatus("ready: type a prompt, pick a policy, press Run", "done");
   }

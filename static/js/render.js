@@ -196,7 +196,7 @@ export function renderTimeline(box, run, shownIndex, onPick) {
   slider.max = String(Math.max(0, count - 1));
   slider.value = String(Math.max(0, shownIndex));
   slider.disabled = count === 0;
-  box.querySelector(".timeline-label").textContent = count ? `step ${run.steps[shownIndex]?.step ?? "–"} of ${count}` : "no steps yet";
+  box.querySelector(".timeline-label").textContent = timelineLabel(shownIndex, count);
   cells.replaceChildren();
   run.steps.forEach((step, i) => {
     const accepted = step.text?.accepted ?? null;
@@ -205,4 +205,9 @@ export function renderTimeline(box, run, shownIndex, onPick) {
     cell.addEventListener("click", () => onPick(i));
     cells.append(cell);
   });
+}
+
+function timelineLabel(shownIndex, count) {
+  if (!count) return "no steps yet";
+  return shownIndex < 0 ? `start · ${count} steps` : `step ${shownIndex + 1} of ${count}`;
 }

@@ -1,0 +1,186 @@
+"""End to end in a real browser: Debian chromium via Playwright against uvicorn serving the embedded model."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-gpu"]
+PROMPT = "Count from one to ten in words, separated by commas."
+MAX_NEW_TOKENS = 24
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    port = free_port()
+    log = open(ARTIFACTS / "browser-server.log", "w") if ARTIFACTS.mkdir(exist_ok=True) is None else None
+    process = subprocess.Popen([sys.executable, "-m", "app.serve", "--port", str(port)], cwd=ROOT,
+                               stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(url, process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+def wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}; see test-artifacts/browser-server.log")
+        try:
+            urllib.request.urlopen(f"{url}/api/info", timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError("server did not come up")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    page.close()
+    assert not errors, errors
+
+
+def open_page(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("[data-testid=policy] option[value=talon]", state="attached")
+
+
+def engine_output(policy: str) -> str:
+    """What the engine itself generates for the request the page sends."""
+    from engine.loading import load_engine
+    from engine.request import GenerationRequest
+
+    request = GenerationRequest(prompt=PROMPT, policy=policy, max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, seed=0)
+    return load_engine().run(request, lambda event: None).text
+
+
+def test_talon_run_grows_a_tree_and_shows_the_engines_output(page, server_url):
+    open_page(page, server_url)
+    page.fill("[data-testid=prompt]", PROMPT)
+    page.select_option("[data-testid=policy]", "talon")
+    page.fill("#max-new-tokens", str(MAX_NEW_TOKENS))
+    page.click("[data-testid=run]")
+    page.wait_for_selector("[data-testid=tree] [data-status]", timeout=120_000)
+    page.wait_for_selector("[data-testid=output][data-finished=true]", timeout=300_000)
+    statuses = set(page.eval_on_selector_all("[data-testid=tree] [data-status]",
+                                             "nodes => nodes.map(n => n.dataset.status)"))
+    assert statuses <= {"kept", "pruned", "accepted", "rejected", "recovered", "bonus"}
+    assert statuses & {"recovered", "bonus"}, "a verified step shows the target's own token"
+    assert page.locator("[data-testid=tree] [data-depth]").count() > 1
+    shown = page.eval_on_selector("[data-testid=output]", "el => el.textContent")
+    page.screenshot(path=str(ARTIFACTS / "browser-talon.png"), full_page=True)
+    assert shown == engine_output("talon")
+    assert "finished" in page.inner_text("[data-testid=status]")
+    assert "policy=talon" in page.url and "prompt=" in page.url
+
+
+def test_compare_mode_runs_talon_and_eagle_after_ar_and_outputs_are_identical(page, server_url):
+    open_page(page, server_url)
+    page.fill("[data-testid=prompt]", PROMPT)
+    page.fill("#max-new-tokens", str(MAX_NEW_TOKENS))
+    page.click("[data-testid=compare-toggle]")
+    panes = page.locator("[data-testid=pane-policy]")
+    panes.nth(0).select_option("talon")
+    panes.nth(1).select_option("eagle")
+    page.click("[data-testid=compare-run]")
+    rows = page.locator("[data-testid=compare-table] tbody tr")
+    rows.first.wait_for(timeout=600_000)
+    table = [row.split("\t") for row in page.inner_text("[data-testid=compare-table] tbody").splitlines()]
+    page.screenshot(path=str(ARTIFACTS / "browser-compare.png"), full_page=True)
+    assert [row[0] for row in table] == ["ar", "1: talon", "2: eagle"]
+    assert all(row[-1] == "yes" for row in table), table
+    assert page.locator("[data-testid=pane-tree] [data-status]").count() > 0
+
+
+def test_replay_of_a_shipped_trace_steps_with_the_keyboard(page, server_url):
+    open_page(page, f"{server_url}/?trace=smollm2-talon")
+    label = page.locator("#step-timeline .timeline-label")
+    page.wait_for_function("document.querySelectorAll('.timeline-cell').length > 2")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("document.querySelector('#step-timeline .timeline-label').textContent.startsWith('step 2 ')")
+    assert page.locator("[data-testid=tree] [data-status=bonus], [data-testid=tree] [data-status=recovered]").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "browser-replay.png"), full_page=True)
+    page.keyboard.press("r")
+    page.wait_for_function("document.querySelector('[data-testid=tree]').childElementCount === 0")
+    page.keyboard.press(" ")
+    page.wait_for_selector("[data-testid=tree] [data-status]", timeout=10_000)
+    assert label.inner_text().startswith("step 1 ")
+
+
+def test_output_and_tokens_containing_html_are_shown_as_text_never_run(page, server_url):
+    markup = '<script>window.__ran = 1</script><img src=x onerror="window.__ran = 2"><b>bold</b>'
+    page.route("**/static/traces/markup.jsonl", lambda route: route.fulfill(
+        status=200, content_type="application/x-ndjson", body=markup_trace(markup)))
+    open_page(page, f"{server_url}/?trace=markup")
+    page.wait_for_function("document.querySelectorAll('.timeline-cell').length === 1")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_selector("[data-testid=output][data-finished=true]")
+    assert page.eval_on_selector("[data-testid=output]", "el => el.textContent") == markup
+    assert page.locator("[data-testid=output] script, [data-testid=output] img, [data-testid=output] b").count() == 0
+    assert page.locator("[data-testid=tree] script, [data-testid=tree] img").count() == 0
+    assert page.evaluate("window.__ran") is None
+
+
+def markup_trace(markup: str) -> str:
+    header = {"schema_version": 1, "run_id": "markup", "policy": "chain"}
+    candidate = {"parent": 0, "token": 1, "text": markup, "depth": 1, "q": 0.9, "score": 0.9, "source": "draft",
+                 "kept": True, "expanded": False, "reason": "topk", "threshold": None, "node": 1, "detail": {}}
+    events = [
+        {**header, "type": "run_started", "prompt": markup, "prompt_tokens": 1, "params": {}, "drafter": "draft",
+         "target": "t", "draft": None, "device": "cpu", "dtype": "float32", "seed": 0, "temperature": 0.0,
+         "top_k": 0, "top_p": 1.0, "max_new_tokens": 2},
+        {**header, "type": "draft_layer", "step": 0, "depth": 1, "candidates": [candidate]},
+        {**header, "type": "tree", "step": 0, "pruned": [], "nodes": [
+            {"node": 0, "parent": -1, "token": 0, "text": "<i>", "depth": 0, "q": 1, "score": 1, "source": "root"},
+            {"node": 1, "parent": 0, "token": 1, "text": markup, "depth": 1, "q": 0.9, "score": 0.9, "source": "draft"}]},
+        {**header, "type": "verify", "step": 0, "accepted_path": [0, 1],
+         "nodes": [{"node": 1, "token": 1, "p": 0.9, "q": 0.9, "verdict": "accepted"}],
+         "emitted": {"parent": 1, "token": 2, "text": "", "p": 1.0, "kind": "bonus"}},
+        {**header, "type": "text", "step": 0, "tokens": [1, 2], "text": markup, "accepted": 1},
+        {**header, "type": "step_metrics", "step": 0, "accepted": 1, "emitted": 2, "tree_size": 1, "depth": 1,
+         "width": 1, "draft_forwards": 1, "draft_ms": 1, "verify_ms": 1, "other_ms": 0, "new_tokens": 2},
+        {**header, "type": "run_finished", "text": markup, "tokens": [1, 2], "new_tokens": 2, "steps": 1, "tau": 2,
+         "delta": 1, "c": None, "tokens_per_s": 1, "wall_s": 1, "draft_ms": 1, "verify_ms": 1, "other_ms": 0,
+         "stop_reason": "max_new_tokens"},
+    ]
+    return "\n".join(json.dumps(event) for event in events) + "\n"
