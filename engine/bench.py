@@ -54,6 +54,7 @@ class Tally:
     draft_forwards: float = 0.0
     wall_s: float = 0.0
     draft_ms: float = 0.0
+    draft_forward_ms: float = 0.0
     verify_ms: float = 0.0
     other_ms: float = 0.0
     c_values: list[float] = field(default_factory=list)
@@ -65,6 +66,7 @@ class Tally:
         self.draft_forwards += result.delta * result.steps
         self.wall_s += result.wall_s
         self.draft_ms += result.draft_ms
+        self.draft_forward_ms += result.draft_forward_ms
         self.verify_ms += result.verify_ms
         self.other_ms += result.other_ms
         if result.c is not None:
@@ -139,6 +141,7 @@ def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: f
         "share_draft": tally.draft_ms / step_ms if step_ms else 0.0,
         "share_verify": tally.verify_ms / step_ms if step_ms else 0.0,
         "share_other": tally.other_ms / step_ms if step_ms else 0.0,
+        "share_outside_forwards": 1 - (tally.draft_forward_ms + tally.verify_ms) / step_ms if step_ms else 0.0,
         "identical_to_ar": None, "divergences": [],
     }
     if temperature == 0:
@@ -164,15 +167,17 @@ def markdown_table(report: dict[str, Any]) -> str:
     header = (f"target {report['target']} · drafter {report['drafter']} · {report['device']} {report['dtype']} · "
               f"{report['prompts']} prompts × {report['max_new_tokens']} new tokens · temperature {report['temperature']}")
     lines = [header, "",
-             "| policy | τ | δ | c | tokens/s | speedup vs ar | steps | draft / verify / other | identical to ar |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| policy | τ | δ | c | tokens/s | speedup vs ar | steps | draft / verify / other | outside forwards "
+             "| identical to ar |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["results"]:
         identical = "—" if r["identical_to_ar"] is None else ("yes" if r["identical_to_ar"] else
                                                               f"no ({len(r['divergences'])})")
         c = f"{r['c']:.3f}" if r["c"] is not None else "—"
         shares = f"{r['share_draft']:.0%} / {r['share_verify']:.0%} / {r['share_other']:.0%}"
         lines.append(f"| {r['policy']} | {r['tau']:.2f} | {r['delta']:.2f} | {c} | {r['tokens_per_s']:.1f} | "
-                     f"{r['speedup_vs_ar']:.2f}× | {r['steps']} | {shares} | {identical} |")
+                     f"{r['speedup_vs_ar']:.2f}× | {r['steps']} | {shares} | {r['share_outside_forwards']:.0%} "
+                     f"| {identical} |")
     return "\n".join(lines) + "\n"
 
 

@@ -331,7 +331,8 @@ class _Run:
             **self._header(), text=self.engine.codec.decode(self.generated), tokens=self.generated,
             new_tokens=len(self.generated), steps=self.steps, tau=len(self.generated) / steps,
             delta=forwards / steps, c=c, tokens_per_s=len(self.generated) / wall_s if wall_s > 0 else 0.0,
-            wall_s=wall_s, draft_ms=self.totals.draft_ms, verify_ms=self.totals.verify_ms,
+            wall_s=wall_s, draft_ms=self.totals.draft_ms, draft_forward_ms=self.totals.draft_forward_ms,
+            verify_ms=self.totals.verify_ms,
             other_ms=self.totals.other_ms, stop_reason=stop)
         self.emit(finished)
         return finished

@@ -172,6 +172,7 @@ class RunFinished(_Event):
     tokens_per_s: float
     wall_s: float
     draft_ms: float
+    draft_forward_ms: float
     verify_ms: float
     other_ms: float
     stop_reason: StopReason
