@@ -187,9 +187,14 @@ async function start() {
     setStatus("link to this setup is in the address bar", "done");
   });
   $("play").addEventListener("click", () => page.player.toggle());
+  $("fit").addEventListener("change", (e) => $("tree").closest(".tree-scroll").classList.toggle("fit", e.target.checked));
   $("step-timeline").querySelector("input[type=range]")
     .addEventListener("input", (e) => page.player.seekStep(Number(e.target.value)));
-  $("trace").addEventListener("change", (e) => e.target.value && loadTrace(e.target.value).catch(reportError));
+  $("trace").addEventListener("change", (e) => {
+    if (!e.target.value) return;
+    history.replaceState(null, "", `${location.pathname}?${encodeSetup({ trace: e.target.selectedOptions[0].textContent })}`);
+    loadTrace(e.target.value).catch(reportError);
+  });
   document.addEventListener("keydown", onKey);
   document.addEventListener("click", () => page.tooltip.unpin());
   page.compare = new CompareView({ schemas: page.schemas, connection: page.connection, readSetup,

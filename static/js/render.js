@@ -49,10 +49,13 @@ function layerHeaders(layout) {
   const group = svgEl("g", { class: "layer-headers" });
   for (const layer of layout.layers) {
     const x = LAYOUT.left + layer.depth * LAYOUT.column;
-    const label = layer.threshold != null ? `μ·m_d=${formatThreshold(layer.threshold)}` : `depth ${layer.depth}`;
+    // Talon's bar is relative to the layer's best path (anchor m_d); other policies may report a plain bar.
+    const bar = layer.anchor != null ? "μ·m_d" : "bar";
+    const label = layer.threshold != null ? `${bar} ${formatThreshold(layer.threshold)}` : `depth ${layer.depth}`;
     const text = svgEl("text", { x, y: 14, class: layer.threshold != null ? "layer-threshold" : "layer-depth" }, label);
     text.append(svgEl("title", {}, layer.threshold != null
-      ? `depth ${layer.depth}: keep candidates with path score ≥ μ·m_d = ${layer.threshold} (m_d = ${layer.anchor})`
+      ? `depth ${layer.depth}: keep candidates with path score ≥ ${layer.threshold}` +
+        (layer.anchor != null ? ` = μ·m_d, where m_d = ${layer.anchor} is the layer's best path score` : "")
       : `depth ${layer.depth}`));
     group.append(text);
   }
