@@ -38,9 +38,9 @@ calibration (ours, not the paper's) A path score is the draft's confidence, not
         (min_verify) so κ has evidence to learn from even when costs would send nothing.
         Likewise the draft's cost: a drafter that is no CachedLM (the head, prompt
         lookup) has only an assumed cost in the table, and every drafter pays Python
-        overhead the table cannot see, so draft costs are scaled by ρ = (measured
-        draft ms + p) / (table-predicted draft ms + p) over the request (p: one
-        predicted forward, so ρ starts at 1).
+        overhead the table cannot see, so draft costs are scaled by ρ, the median
+        of measured / table-predicted draft ms over the request's last 16 steps
+        (two pseudo-steps at 1 to start: a cold first step must not swing it).
         κ = ρ = 1 until a step is observed, so the paper's rules hold as stated on fresh policies.
 
 C1–C3 are in expected tokens per ms, so they depend on device and model; the
@@ -50,6 +50,7 @@ Every decision's detail carries the utility, cost, ratio and threshold behind it
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass
 
@@ -152,6 +153,7 @@ class CastPolicy(Policy):
         self._verified_score = 0.0  # Σ path scores sent to verification in the current step
         self.draft_scale = 1.0  # measured draft ms per table-predicted draft ms, this request (ρ)
         self._reported_scale = 1.0
+        self._draft_ratios: deque[float] = deque([1.0, 1.0], maxlen=16)
         self._draft_ms_sum = 0.0
         self._draft_predicted_sum = 0.0
         self._step_draft_predicted = 0.0  # table ms of the draft forwards of the current step
@@ -269,10 +271,11 @@ class CastPolicy(Policy):
         self._accepted_sum += outcome.accepted
         self._predicted_sum += self._verified_score
         self.kappa = (self._accepted_sum + 1) / (self._predicted_sum + 1)
-        pseudo = self.costs.draft_cost(1, outcome.prefix_len, self.params.batch)
         self._draft_ms_sum += outcome.draft_ms
         self._draft_predicted_sum += self._step_draft_predicted
-        self.draft_scale = min(max((self._draft_ms_sum + pseudo) / (self._draft_predicted_sum + pseudo), 0.01), 100.0)
+        if self._step_draft_predicted > 0:
+            self._draft_ratios.append(outcome.draft_ms / self._step_draft_predicted)
+        self.draft_scale = min(max(statistics.median(self._draft_ratios), 0.01), 100.0)
         changes = []
         if abs(self.kappa - self._reported_kappa) > 0.25 * self._reported_kappa:
             changes.append(Adjustment(
