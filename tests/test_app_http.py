@@ -93,3 +93,10 @@ def test_engine_never_imports_the_web_stack():
             "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn', 'app') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_cli_wiring_of_serve_loads_no_web_stack_until_it_runs():
+    code = ("import sys, app.serve, engine.cli; engine.cli.build_parser(); "
+            "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
