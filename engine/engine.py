@@ -117,6 +117,7 @@ class _Run:
     detail: bool
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     generated: list[int] = field(default_factory=list)
+    text: str = ""  # decoded so far; each step's text event carries what it added
     totals: StepTimes = field(default_factory=StepTimes)
     steps: int = 0
     draft_forwards: int = 0
@@ -274,8 +275,9 @@ class _Run:
         if self.detail:
             self.emit(Verification(**header, **_verdicts(tree, accepted, self._text)))
         accepted_count = min(len(accepted.path) - 1, len(kept))
-        before = self.engine.codec.decode(self.generated[:-len(kept)] if kept else self.generated)
-        delta = self.engine.codec.decode(self.generated)[len(before):]
+        # A token can end inside a multi-byte character: hold its replacement mark back until complete.
+        text = self.engine.codec.decode(self.generated).rstrip("\ufffd")
+        delta, self.text = text[len(self.text):], text
         self.emit(TextDelta(**header, tokens=kept, text=delta, accepted=accepted_count))
         times.other_ms = (time.perf_counter() - verify_end) * 1000
         self._observe(header, tree, accepted, times)
