@@ -174,7 +174,7 @@ class _Run:
         forwards_after, forward_ms_after = self._drafter_counters()
         times.draft_ms, times.verify_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
         times.draft_forward_ms = forward_ms_after - forward_ms_before
-        self._emit_step(tree, accepted, kept, forwards_after - forwards_before, times, t2)
+        self._emit_step(tree, accepted, kept, forwards_after - forwards_before, times, t2, final=stop is not None)
         return accepted.token, stop
 
     def _drafter_counters(self) -> tuple[int, float]:
@@ -270,13 +270,14 @@ class _Run:
         return kept, "max_new_tokens" if len(self.generated) + len(kept) >= self.request.max_new_tokens else None
 
     def _emit_step(self, tree: DraftTree, accepted: Acceptance, kept: list[int], draft_forwards: int,
-                   times: StepTimes, verify_end: float) -> None:
+                   times: StepTimes, verify_end: float, final: bool) -> None:
         header = {**self._header(), "step": self.steps}
         if self.detail:
             self.emit(Verification(**header, **_verdicts(tree, accepted, self._text)))
         accepted_count = min(len(accepted.path) - 1, len(kept))
         # A token can end inside a multi-byte character: hold its replacement mark back until complete.
-        text = self.engine.codec.decode(self.generated).rstrip("\ufffd")
+        text = self.engine.codec.decode(self.generated)
+        text = text if final else text.rstrip("\ufffd")
         delta, self.text = text[len(self.text):], text
         self.emit(TextDelta(**header, tokens=kept, text=delta, accepted=accepted_count))
         times.other_ms = (time.perf_counter() - verify_end) * 1000
