@@ -168,7 +168,7 @@ class Eagle3Head(nn.Module):
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """[...] target ids -> [..., H] embeddings in the head's dtype."""
-        return self._embed[tokens].to(self.fc.weight.dtype)
+        return self._embed[tokens.to(self._embed.device)].to(self.fc.weight.device, self.fc.weight.dtype)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """[..., 3·H_target] target features -> [..., H] fused state."""
@@ -203,8 +203,8 @@ class Eagle3Head(nn.Module):
         draft = self.draft_logits(state).float()  # [N, Vd]
         if self.d2t is None:
             return draft
-        full = torch.full((draft.shape[0], self.vocab_size), float("-inf"), dtype=torch.float32)
-        full[:, self.to_target(torch.arange(self.draft_vocab_size))] = draft
+        full = torch.full((draft.shape[0], self.vocab_size), float("-inf"), dtype=torch.float32, device=draft.device)
+        full[:, self.to_target(torch.arange(self.draft_vocab_size, device=draft.device))] = draft
         return full
 
     def step(self, tokens: torch.Tensor, state: torch.Tensor, positions: torch.Tensor,

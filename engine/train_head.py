@@ -31,8 +31,8 @@ import torch
 
 from engine.head import default_feature_layers, save_head
 from engine.training.objective import depth_stats
-from engine.training.selfdistill import (GenerationPlan, Sample, is_held_out, load_chunks, read_prompts,
-                                         run_generation)
+from engine.training.selfdistill import (GenerationPlan, Sample, chunk_path, extract, is_held_out, load_chunks,
+                                         read_prompts, run_generation, save_chunk)
 from engine.training.trainer import (LoopOptions, choose_draft_vocab, coverage, eval_batches, new_head,
                                      target_to_draft_map, train_loop)
 
@@ -164,14 +164,37 @@ Trained with `specscope train-head` on self-distillation data from its target.
 """
 
 
-def export_ids(samples: list[Sample], path: Path) -> None:
+def export_ids(train: list[Sample], held: list[Sample], path: Path) -> None:
     """Token ids of every answer (prompt and response), compressed, to retrain without regenerating."""
-    ids = np.concatenate([s.ids.numpy().astype(np.uint32) for s in samples])
+    samples = train + held
+    ids = np.concatenate([s.ids.numpy() for s in samples])
     dtype = np.uint16 if ids.max(initial=0) < 2 ** 16 else np.uint32
     np.savez_compressed(path, ids=ids.astype(dtype), lengths=np.array([len(s.ids) for s in samples]),
                         prompt_len=np.array([s.prompt_len for s in samples]),
                         prompt_id=np.array([s.prompt_id for s in samples]),
-                        greedy=np.array([s.greedy for s in samples]))
+                        greedy=np.array([s.greedy for s in samples]),
+                        heldout=np.array([False] * len(train) + [True] * len(held)))
+
+
+def rebuild_from_ids(model, path: Path, work: Path, layers: tuple[int, ...], pad_id: int, batch: int = 16,
+                     chunk_size: int = 96, log=print) -> None:
+    """Recreates the chunks of an exported id file with teacher-forced passes instead of generation.
+
+    Labels are the target's greedy tokens at every position, as generation records them."""
+    data = np.load(path)
+    ends = np.cumsum(data["lengths"])
+    rows = [(int(data["prompt_id"][i]), bool(data["greedy"][i]), data["ids"][end - n:end].astype(np.int64).tolist(),
+             int(data["prompt_len"][i])) for i, (n, end) in enumerate(zip(data["lengths"], ends))]
+    for split, held in (("train", False), ("heldout", True)):
+        part = [r for r, h in zip(rows, data["heldout"]) if bool(h) == held]
+        for index in range(0, len(part), chunk_size):
+            target = chunk_path(work / split, index // chunk_size)
+            if target.exists():
+                continue
+            chunk = part[index:index + chunk_size]
+            samples = [s for b in range(0, len(chunk), batch) for s in extract(model, chunk[b:b + batch], layers, pad_id)]
+            save_chunk(target, samples)
+            log(f"rebuilt {split}/{target.name}: {len(samples)} answers")
 
 
 def register_cli(subparsers: Any) -> argparse.ArgumentParser:
@@ -201,6 +224,8 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default=None, help="target dtype for generation (default: bf16 where native)")
     p.add_argument("--export-ids", type=Path, default=None, help="also write the answers' token ids (.npz)")
+    p.add_argument("--from-ids", type=Path, default=None,
+                   help="rebuild the data from an exported id file by teacher forcing, instead of generating")
     p.set_defaults(func=train_head_command)
     return p
 
@@ -232,7 +257,11 @@ def train_head_command(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size,
         loop=loop, eval_depth=args.eval_depth, seed=args.seed,
         command="specscope " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    if args.from_ids:
+        layers = default_feature_layers(model.config.num_hidden_layers)
+        rebuild_from_ids(model, args.from_ids, work, layers, pad)
+        options.max_tokens = 1  # the rebuilt data is the data: generate nothing more
     train_head(model, tokenizer, options, eos, pad)
     if args.export_ids:
-        export_ids(load_chunks(work / "train") + load_chunks(work / "heldout"), args.export_ids)
+        export_ids(load_chunks(work / "train"), load_chunks(work / "heldout"), args.export_ids)
     return 0

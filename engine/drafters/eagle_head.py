@@ -38,6 +38,7 @@ class EagleHeadDrafter(Drafter):
         assert len(layers) == 3, "an EAGLE-3 head reads three target layers"
         self.feature_layers = tuple(layers)
         self.dtype = head.fc.weight.dtype
+        self.device = head.fc.weight.device
         self._reset_state()
 
     @classmethod
@@ -50,7 +51,7 @@ class EagleHeadDrafter(Drafter):
 
     def _reset_state(self) -> None:
         attn = self.head.midlayer.self_attn
-        empty = torch.zeros(1, attn.kv_heads, 0, attn.head_dim, dtype=self.dtype)  # [1, kv, 0, d]
+        empty = torch.zeros(1, attn.kv_heads, 0, attn.head_dim, dtype=self.dtype, device=self.device)  # [1, kv, 0, d]
         self.cache_k, self.cache_v = empty, empty.clone()
         self.pending_tokens: list[int] = []  # context tokens whose pairs are not in the cache yet
         self.pending_features: list[torch.Tensor] = []  # each [F]: feature of the token before
@@ -70,7 +71,7 @@ class EagleHeadDrafter(Drafter):
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
         self._reset_state()
         if features is None:  # a one-token prompt: nothing before the root
-            features = torch.zeros(0, self.head.fc.in_features, dtype=self.dtype)
+            features = torch.zeros(0, self.head.fc.in_features, dtype=self.dtype, device=self.device)
         assert len(features) == len(context) - 1, "the head needs a feature per context token but the root"
         self.pending_tokens = list(context[1:-1])
         self.pending_features = list(features[:-1])
@@ -78,7 +79,7 @@ class EagleHeadDrafter(Drafter):
         self.root_token = context[-1]
 
     def _zero_feature(self) -> torch.Tensor:
-        return torch.zeros(self.head.fc.in_features, dtype=self.dtype)
+        return torch.zeros(self.head.fc.in_features, dtype=self.dtype, device=self.device)
 
     @torch.inference_mode()
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
@@ -96,29 +97,32 @@ class EagleHeadDrafter(Drafter):
             self._run_nodes(tree, missing)
         return torch.stack([self.node_logits[n] for n in frontier])
 
-    def _timed_step(self, tokens, state, positions, past, bias):
+    def _timed_step(self, tokens, state, positions, past, bias, read_out: slice):
+        """One head forward and the readout of the positions in `read_out`: the draft forward that δ and c count."""
         start = time.perf_counter()
-        out = self.head.step(tokens, state, positions, past, bias)
+        out, kv = self.head.step(tokens, state, positions, past, bias)
+        logits = self.head.target_logits(out[0, read_out]).cpu()  # [R, V]
         self.forwards += 1
         self.forward_ms += (time.perf_counter() - start) * 1000
-        return out
+        return out, kv, logits
 
     def _run_root(self, tree: DraftTree) -> None:
         """The pending context pairs and the root pair in one causal forward; the root becomes node 0."""
         self._clear_tree()
         tokens = self.pending_tokens + [tree.token[0]]
-        features = torch.stack(self.pending_features + [self.root_feature])  # [M + 1, F]
+        features = torch.stack(self.pending_features + [self.root_feature]).to(self.device)  # [M + 1, F]
         n, past = len(tokens), self.cache_len
-        positions = torch.arange(past, past + n)[None]  # [1, M + 1]
+        positions = torch.arange(past, past + n, device=self.device)[None]  # [1, M + 1]
         causal = torch.ones(n, n, dtype=torch.bool).tril()  # [M + 1, M + 1]
         allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), causal], dim=1)
         state = self.head.fuse(features)[None]  # [1, M + 1, H]
-        out, (k, v) = self._timed_step(torch.tensor([tokens]), state, positions, self._past(),
-                                       attention_bias(allowed, self.dtype))
+        out, (k, v), logits = self._timed_step(torch.tensor([tokens], device=self.device), state, positions,
+                                               self._past(), attention_bias(allowed, self.dtype).to(self.device),
+                                               slice(n - 1, n))
         self.cache_k = torch.cat([self.cache_k, k[:, :, :-1]], dim=2)
         self.cache_v = torch.cat([self.cache_v, v[:, :, :-1]], dim=2)
         self.pending_tokens, self.pending_features = [], []
-        self._store(0, k[:, :, -1:], v[:, :, -1:], out[0, -1])
+        self._store(0, k[:, :, -1:], v[:, :, -1:], out[0, -1], logits[0])
 
     def _run_nodes(self, tree: DraftTree, nodes: list[int]) -> None:
         """Drafted nodes: each pairs its token with its parent's output state, attending to its ancestors."""
@@ -129,19 +133,20 @@ class EagleHeadDrafter(Drafter):
                              torch.eye(len(nodes), dtype=torch.bool)], dim=1)  # [N, P + D + N]
         state = torch.stack([self.node_state[tree.parent[n]] for n in nodes])[None]  # [1, N, H]
         root_position = self.cache_len  # the root pair's position once the pending pairs are cached
-        positions = torch.tensor([root_position + tree.depth[n] for n in nodes])[None]  # [1, N]
+        positions = torch.tensor([root_position + tree.depth[n] for n in nodes], device=self.device)[None]  # [1, N]
         past_k = torch.cat([self.cache_k] + [self.node_kv[d][0] for d in done], dim=2)
         past_v = torch.cat([self.cache_v] + [self.node_kv[d][1] for d in done], dim=2)
-        tokens = torch.tensor([[tree.token[n] for n in nodes]])
-        out, (k, v) = self._timed_step(tokens, state, positions, (past_k, past_v),
-                                       attention_bias(allowed, self.dtype))
+        tokens = torch.tensor([[tree.token[n] for n in nodes]], device=self.device)
+        out, (k, v), logits = self._timed_step(tokens, state, positions, (past_k, past_v),
+                                               attention_bias(allowed, self.dtype).to(self.device),
+                                               slice(0, len(nodes)))
         for i, node in enumerate(nodes):
-            self._store(node, k[:, :, i:i + 1], v[:, :, i:i + 1], out[0, i])
+            self._store(node, k[:, :, i:i + 1], v[:, :, i:i + 1], out[0, i], logits[i])
 
-    def _store(self, node: int, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor) -> None:
+    def _store(self, node: int, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor, logits: torch.Tensor) -> None:
         self.node_kv[node] = (k, v)
         self.node_state[node] = state
-        self.node_logits[node] = self.head.target_logits(state[None])[0]
+        self.node_logits[node] = logits
 
     def _past(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         return (self.cache_k, self.cache_v) if self.cache_len else None

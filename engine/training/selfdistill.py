@@ -176,7 +176,7 @@ def load_chunks(work: Path) -> list[Sample]:
             for d in torch.load(p, weights_only=True)]
 
 
-def _save_chunk(path: Path, samples: list[Sample]) -> None:
+def save_chunk(path: Path, samples: list[Sample]) -> None:
     """Writes atomically, so a killed run never leaves a half chunk that resume would trust."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -222,7 +222,7 @@ def run_generation(model, tokenizer, plan: GenerationPlan, layers: tuple[int, ..
                 model, [chat_ids(tokenizer, r["prompt"]) for r in batch], [r["id"] for r in batch],
                 [_greedy_row(r["id"], plan.greedy_share) for r in batch], layers, plan.max_new_tokens,
                 plan.temperature, eos_ids, pad_id, generator)
-        _save_chunk(path, samples)
+        save_chunk(path, samples)
         new = sum(len(s.ids) - s.prompt_len for s in samples)
         total += new
         bar.update(new)

@@ -53,7 +53,10 @@ def coverage(samples: list[Sample], draft_vocab: torch.Tensor, vocab_size: int) 
 
 def new_head(target_model, draft_vocab: torch.Tensor, intermediate_size: int | None,
              feature_layers: tuple[int, ...], seed: int) -> Eagle3Head:
-    """A float32 head whose output norm and lm_head rows start as the target's own."""
+    """A float32 head whose output norm and lm_head rows start as the target's own.
+
+    The attention and MLP branches start at zero, so the untrained head reads the target's
+    readout off the fused features alone and every branch grows from there."""
     torch.manual_seed(seed)
     vocab_size = target_model.config.vocab_size
     config = head_config(target_model.config, draft_vocab_size=len(draft_vocab),
@@ -68,6 +71,8 @@ def new_head(target_model, draft_vocab: torch.Tensor, intermediate_size: int | N
         final_norm = getattr(getattr(target_model, "model", None), "norm", None)
         if final_norm is not None:
             head.norm.weight.copy_(final_norm.weight.detach().float())
+        head.midlayer.self_attn.o_proj.weight.zero_()
+        head.midlayer.mlp.down_proj.weight.zero_()
     return head
 
 
@@ -83,6 +88,7 @@ class LoopOptions:
     epochs: float = 0.0  # 0: no epoch limit
     minutes: float = 0.0  # 0: no time limit
     checkpoint_every: int = 50
+    train_lm_head: bool = False  # False: keep the target's readout rows frozen (EAGLE-1 style), a third cheaper
     seed: int = 0
     bf16: bool = False  # autocast matmuls to bfloat16 (CPUs with native bf16)
 
@@ -112,6 +118,7 @@ class LoopResult:
 def train_loop(head: Eagle3Head, samples: list[Sample], target_to_draft: torch.Tensor, options: LoopOptions,
                checkpoint: Path | None, log=print) -> LoopResult:
     """AdamW with warmup and cosine decay over whichever budget (steps, epochs, minutes) runs out first."""
+    head.lm_head.weight.requires_grad_(options.train_lm_head)
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay, betas=(0.9, 0.95))
     state = {"step": 0, "elapsed": 0.0, "epoch": 0, "batch": 0, "recent": []}
