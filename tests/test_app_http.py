@@ -61,7 +61,11 @@ def test_shipped_traces_are_listed_and_parse_as_engine_events(client):
     assert listed, "ship at least one trace for replay with no model"
     for entry in listed:
         assert client.get(entry["url"]).status_code == 200
-        events = read_trace(str(TRACES_DIR / Path(entry["url"]).name))
+        try:
+            events = read_trace(str(TRACES_DIR / Path(entry["url"]).name))
+        except ValueError as err:
+            pytest.fail(f"{entry['name']} no longer matches the event schema; re-record it with "
+                        f"`python -m app.record static/traces/{entry['name']}.jsonl --policy ...`: {err}")
         assert events[0].type == "run_started" and events[-1].type == "run_finished"
 
 

@@ -96,6 +96,8 @@ function setRunning(running) {
 
 async function runSingle(event) {
   event.preventDefault();
+  // Space belongs to replay once a run starts, not to the Run button that kept focus.
+  document.activeElement?.blur();
   const request = readSetup();
   shareSetup(request);
   markInvalid(document, null);
@@ -156,7 +158,8 @@ function showRecorded(recorded) {
 // ---------------------------------------------------------------- keys
 
 function onKey(event) {
-  if (event.target.closest("input, textarea, select, button") && event.key !== "Escape") return;
+  if (event.target.closest("input, textarea, select") && event.key !== "Escape") return;
+  if (event.target.closest("button") && (event.key === " " || event.key === "Enter")) return;
   const actions = {
     " ": () => page.player.toggle(),
     ArrowRight: () => page.player.forward(),
@@ -186,7 +189,10 @@ async function start() {
     navigator.clipboard?.writeText(location.href).catch(() => {});
     setStatus("link to this setup is in the address bar", "done");
   });
-  $("play").addEventListener("click", () => page.player.toggle());
+  $("play").addEventListener("click", (e) => {
+    e.currentTarget.blur();
+    page.player.toggle();
+  });
   $("fit").addEventListener("change", (e) => $("tree").closest(".tree-scroll").classList.toggle("fit", e.target.checked));
   $("step-timeline").querySelector("input[type=range]")
     .addEventListener("input", (e) => page.player.seekStep(Number(e.target.value)));
