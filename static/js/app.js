@@ -144,6 +144,8 @@ async function loadTrace(url) {
   picker.replaceChildren(...runs.map((run, i) => el("option", { value: String(i) }, `${run.policy} · ${run.runId}`)));
   picker.hidden = runs.length < 2;
   picker.onchange = () => showRecorded(runs[Number(picker.value)]);
+  $("trace-compare").hidden = runs.length < 2;
+  $("trace-compare").onclick = () => page.compare.showRecorded(runs);
   showRecorded(runs[0]);
 }
 
@@ -151,6 +153,8 @@ function showRecorded(recorded) {
   const started = recorded.events.find((e) => e.type === "run_started");
   page.request = started ? { prompt: started.prompt, seed: started.seed, temperature: started.temperature,
                              top_k: started.top_k, top_p: started.top_p, max_new_tokens: started.max_new_tokens } : null;
+  // The form takes the recorded setup, so a lecturer can re-run it live where a model is loaded.
+  if (started) applySetup({ ...page.request, policy: started.policy, params: started.params });
   page.player.load(recorded.events, { follow: false });
   setStatus(`replaying ${recorded.policy}: press Space to play, arrows to step`, "done");
 }

@@ -90,6 +90,26 @@ export class CompareView {
     });
   }
 
+  /** A recorded comparison (a trace with several runs): each run in a pane, `ar` as the baseline. */
+  showRecorded(runs) {
+    const finishedOf = (run) => run.events.find((e) => e.type === "run_finished");
+    const ar = runs.find((run) => run.policy === "ar" && finishedOf(run));
+    const others = runs.filter((run) => run !== ar && finishedOf(run)).slice(0, 4);
+    while (this.panes.length < Math.max(2, others.length)) this.addPane();
+    while (this.panes.length > Math.max(2, others.length)) this.removePane();
+    this.panes.forEach((pane, i) => {
+      pane.clear();
+      if (!others[i]) return;
+      pane.setPolicy(others[i].policy, others[i].events.find((e) => e.type === "run_started")?.params ?? {});
+      pane.show(others[i].events);
+    });
+    const results = others.map((run, i) => ({ label: `${i + 1}: ${run.policy}`, finished: finishedOf(run) }));
+    const baseline = ar ? finishedOf(ar) : null;
+    this.renderTable(baseline ? [{ label: "ar", finished: baseline }, ...results] : results, baseline);
+    if (!document.body.classList.contains("comparing")) this.toggle();
+    setCompareStatus("recorded comparison: the same prompt and seed, run one after another", "done");
+  }
+
   renderTable(results, ar) {
     const body = $("compare-table").querySelector("tbody");
     body.replaceChildren();
@@ -113,6 +133,7 @@ function setCompareStatus(text, kind) {
 
 class Pane {
   constructor(schemas, policy, index) {
+    this.schemas = schemas;
     this.root = el("article", { class: "pane", "data-pane": String(index + 1) });
     const header = el("header");
     this.select = el("select", { "aria-label": `pane ${index + 1} policy`, "data-testid": "pane-policy" });
@@ -134,6 +155,11 @@ class Pane {
 
   policy() {
     return this.select.value;
+  }
+
+  setPolicy(policy, params) {
+    this.select.value = policy;
+    renderParams(this.fieldset, this.schemas[policy], params);
   }
 
   params() {
