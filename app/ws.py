@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
@@ -22,8 +23,19 @@ router = APIRouter()
 
 @router.websocket("/ws")
 async def websocket_endpoint(websocket: WebSocket) -> None:
+    if not same_origin(websocket.headers.get("origin"), websocket.headers.get("host")):
+        # Another site's page must not drive this server's model from a visitor's browser.
+        await websocket.close(code=1008, reason="cross-origin WebSocket refused")
+        return
     await websocket.accept()
     await ClientSession(websocket).serve()
+
+
+def same_origin(origin: str | None, host: str | None) -> bool:
+    """Browsers always send Origin; clients without one (scripts, tests) are not a cross-site risk."""
+    if origin is None:
+        return True
+    return host is not None and urlsplit(origin).netloc == host
 
 
 @dataclass

@@ -185,3 +185,15 @@ def test_server_messages_parse_as_engine_events(client):
         ws.send_json(run_message(max_new_tokens=2))
         for message in receive_run(ws):
             assert parse_event(json.dumps(message)).type == message["type"]
+
+
+def test_a_page_from_another_origin_cannot_open_the_socket(client):
+    from starlette.websockets import WebSocketDisconnect
+
+    with pytest.raises(WebSocketDisconnect) as refused:
+        with client.websocket_connect("/ws", headers={"origin": "https://evil.example"}) as ws:
+            ws.receive_json()
+    assert refused.value.code == 1008
+    with client.websocket_connect("/ws", headers={"origin": "http://testserver"}) as ws:
+        ws.send_json(run_message(max_new_tokens=2))
+        assert receive_run(ws)[-1]["type"] == "run_finished"
