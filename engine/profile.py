@@ -46,6 +46,7 @@ class Grid:
     context_step: int = 128
     repeats: int = 3
     warmup: int = 1
+    statistic: str = "median"  # or "min": on a machine shared with other jobs, closer to the uncontended time
 
     @property
     def cells(self) -> int:
@@ -126,8 +127,8 @@ def time_forward(model: torch.nn.Module, cache: DynamicCache, n: int, context: i
 
 
 def measure_row(model: torch.nn.Module, cache: DynamicCache, ns: tuple[int, ...], context: int, batch: int,
-                repeats: int, warmup: int, tick: Callable[[str], None]) -> list[float]:
-    """Median ms for every n at one (batch, context).
+                repeats: int, warmup: int, tick: Callable[[str], None], statistic: str = "median") -> list[float]:
+    """Median (or minimum) ms for every n at one (batch, context).
 
     Repeats are the outer loop: on a shared machine a burst of load then lands on one run of
     many n, which the median discards, rather than on every run of one n.
@@ -140,7 +141,8 @@ def measure_row(model: torch.nn.Module, cache: DynamicCache, ns: tuple[int, ...]
                 times[n].append(elapsed)
             if run == warmup + repeats - 1:
                 tick(f"B={batch} ctx={context} n={n}")
-    return [statistics.median(times[n]) for n in ns]
+    summarise = min if statistic == "min" else statistics.median
+    return [summarise(times[n]) for n in ns]
 
 
 def measure_model(model: torch.nn.Module, grid: Grid, tick: Callable[[str], None] = lambda _: None
@@ -152,7 +154,8 @@ def measure_model(model: torch.nn.Module, grid: Grid, tick: Callable[[str], None
         rows = []
         for context in grid.contexts:
             cache = _filled_cache(model, context, batch, device)
-            rows.append(measure_row(model, cache, grid.ns, context, batch, grid.repeats, grid.warmup, tick))
+            rows.append(measure_row(model, cache, grid.ns, context, batch, grid.repeats, grid.warmup, tick,
+                                    grid.statistic))
         table.append(rows)
     return table
 
@@ -182,9 +185,18 @@ def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress
         device=device_label or device_name(param.device), dtype=str(param.dtype).replace("torch.", ""),
         batches=list(grid.batches), contexts=list(grid.contexts), ns=list(grid.ns),
         target=measured[0], draft=measured[1] if draft is not None else None, context_step=grid.context_step,
-        meta={"repeats": grid.repeats, "warmup": grid.warmup, "threads": torch.get_num_threads(),
+        meta={"repeats": grid.repeats, "warmup": grid.warmup, "statistic": grid.statistic,
+              "threads": torch.get_num_threads(), "load_average": _load_average(),
               "torch": torch.__version__, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
     )
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average while measuring: a table taken on a busy machine says so."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def _model_and_name(lm: Any) -> tuple[torch.nn.Module, str]:
@@ -231,7 +243,7 @@ def load_cost_table(engine: Any, profile_if_missing: bool = True, path: str | Pa
 
 def _grid_like(table: CostTable, grid: Grid) -> Grid:
     return Grid(ns=tuple(table.ns), contexts=tuple(table.contexts), batches=tuple(table.batches),
-                context_step=table.context_step, repeats=grid.repeats, warmup=grid.warmup)
+                context_step=table.context_step, repeats=grid.repeats, warmup=grid.warmup, statistic=grid.statistic)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -250,7 +262,7 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
     contexts = tuple(sorted({-(-c // step) * step for c in args.contexts}))
     ns = tuple(n for n in args.ns if n <= args.n_max) or (1,)
     return Grid(ns=ns, contexts=contexts, batches=args.batches, context_step=step,
-                repeats=args.repeats, warmup=args.warmup)
+                repeats=args.repeats, warmup=args.warmup, statistic=args.statistic)
 
 
 def register_cli(subparsers: Any) -> argparse.ArgumentParser:
@@ -266,6 +278,8 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--batches", type=_int_list, default=DEFAULT_BATCHES, help="batch sizes, e.g. 1,2,4")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per cell (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per cell first")
+    parser.add_argument("--statistic", choices=("median", "min"), default="median",
+                        help="summary of the timed runs; min suits a machine shared with other jobs")
     parser.add_argument("--no-draft", action="store_true", help="measure the target only")
     parser.add_argument("--target", default=None, help="target model: hub id or folder (default: embedded SmolLM2)")
     parser.add_argument("--draft", default=None, help="draft model: hub id or folder (default: none)")
@@ -286,6 +300,10 @@ def profile_command(args: argparse.Namespace, engine: Any | None = None) -> int:
     table = profile(engine.target, draft, grid)
     path = table.save(args.out or engine_table_path(engine))
     print(f"wrote {path}")
+    load = table.meta.get("load_average")
+    if load is not None and load > (os.cpu_count() or 1):
+        print(f"  warning: load average {load:.1f} on {os.cpu_count()} cores while measuring: times are inflated "
+              f"and noisy; re-run on a quiet machine (or with --statistic min)")
     for line in table.summary():
         print("  " + line)
     return 0
