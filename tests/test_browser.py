@@ -112,6 +112,18 @@ def test_talon_run_grows_a_tree_and_shows_the_engines_output(page, server_url):
     assert "policy=talon" in page.url and "prompt=" in page.url
 
 
+def test_stop_cancels_a_live_run_within_a_step(page, server_url):
+    open_page(page, server_url)
+    page.fill("[data-testid=prompt]", "Write a long story about a lighthouse keeper.")
+    page.fill("#max-new-tokens", "400")
+    page.click("[data-testid=run]")
+    page.wait_for_selector("[data-testid=tree] [data-status]", timeout=120_000)
+    page.click("[data-testid=stop]")
+    page.wait_for_selector("[data-testid=output][data-finished=true]", timeout=60_000)
+    assert "(cancelled)" in page.inner_text("[data-testid=status]")
+    assert page.is_enabled("[data-testid=run]")
+
+
 def test_compare_mode_runs_talon_and_eagle_after_ar_and_outputs_are_identical(page, server_url):
     open_page(page, server_url)
     page.fill("[data-testid=prompt]", PROMPT)

@@ -331,7 +331,7 @@ export function runSummary(run) {
     tau: f?.tau ?? (steps ? emitted / steps : null),
     delta: f?.delta ?? (steps ? forwards / steps : null),
     c: f?.c ?? null,
-    tokensPerS: f?.tokens_per_s ?? null,
+    tokensPerS: f?.tokens_per_s ?? liveTokensPerS(m),
     series: {
       accepted: m.map((s) => s.accepted),
       treeSize: m.map((s) => s.tree_size),
@@ -339,6 +339,12 @@ export function runSummary(run) {
       width: m.map((s) => s.width),
     },
   };
+}
+
+// While a run is going, the steps' own timings give its speed so far.
+function liveTokensPerS(metrics) {
+  const ms = metrics.reduce((a, s) => a + s.draft_ms + s.verify_ms + s.other_ms, 0);
+  return ms > 0 ? metrics[metrics.length - 1].new_tokens / (ms / 1000) : null;
 }
 
 /** The settings that must match for two runs' speeds and outputs to be compared. */

@@ -121,6 +121,12 @@ export function createTooltip(box) {
     attach(group, node) {
       group.addEventListener("mouseenter", (event) => pinned || show(node, event));
       group.addEventListener("mouseleave", hide);
+      // Keyboard users reach nodes with Tab; the tooltip then sits by the node instead of the pointer.
+      group.addEventListener("focus", () => {
+        const box = group.getBoundingClientRect();
+        pinned || show(node, { clientX: box.right, clientY: box.top });
+      });
+      group.addEventListener("blur", hide);
       group.addEventListener("click", (event) => {
         event.stopPropagation();
         pinned = pinned === node.id ? null : node.id;

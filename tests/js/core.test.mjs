@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  compareRows, decodeSetup, describeNode, encodeSetup, foldEvents, layoutTree, outputSegments,
+  compareRows, decodeSetup, runSummary, describeNode, encodeSetup, foldEvents, layoutTree, outputSegments,
   paramControls, shadeClass, splitRuns, stepEnds, tokenLabel, treeShape,
 } from "../../static/js/core.js";
 
@@ -142,4 +142,12 @@ test("replay_helpers_split_runs_and_find_step_ends", () => {
   const runs = splitRuns([...stepEvents, ...other]);
   assert.deepEqual(runs.map((r) => r.runId), ["r1", "r2"]);
   assert.deepEqual(stepEnds(stepEvents), [{ step: 0, end: 6 }]);
+});
+
+test("run_summary_estimates_speed_from_step_timings_until_the_run_finishes", () => {
+  const run = foldEvents(stepEvents);
+  assert.equal(runSummary(run).tokensPerS, 2 / 0.003);
+  assert.equal(runSummary(run).tau, 2);
+  run.finished = { tokens_per_s: 5, steps: 1, new_tokens: 2, tau: 2, delta: 2, c: 0.5 };
+  assert.equal(runSummary(run).tokensPerS, 5);
 });
