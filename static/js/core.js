@@ -332,6 +332,7 @@ export function runSummary(run) {
     delta: f?.delta ?? (steps ? forwards / steps : null),
     c: f?.c ?? null,
     tokensPerS: f?.tokens_per_s ?? liveTokensPerS(m),
+    adjustments: run.adjustments,
     series: {
       accepted: m.map((s) => s.accepted),
       treeSize: m.map((s) => s.tree_size),

@@ -177,7 +177,17 @@ export function renderMetrics(box, summary, speedup) {
     barChart("tree depth per step", summary.series.depth, "tree-depth"),
     barChart("tree width per step", summary.series.width, "tree-width"),
   );
-  box.replaceChildren(grid, charts);
+  box.replaceChildren(grid, charts, adjustmentList(summary.adjustments ?? []));
+}
+
+/** An adaptive policy's parameter changes, latest last, so a lecture can point at them. */
+function adjustmentList(adjustments) {
+  const list = el("ul", { class: "adjustments" });
+  for (const a of adjustments.slice(-5)) {
+    list.append(el("li", {}, `step ${a.step}: ${a.param} ${formatNumber(a.old, 3)} → ${formatNumber(a.new, 3)} (${a.why})`));
+  }
+  if (adjustments.length > 5) list.prepend(el("li", { class: "hint" }, `${adjustments.length - 5} earlier adjustments`));
+  return list;
 }
 
 /** A small bar chart, one bar per step, with its maximum labelled. */
