@@ -14,7 +14,7 @@ const page = {
   baselines: new Map(), // baselineKey -> ar run_finished, for speedups
   request: null, // the request behind what is on screen
   connection: new Connection(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`,
-                             (position) => setStatus(`waiting for the model: place ${position} in line`)),
+                             (position) => showQueued(position)),
   tooltip: createTooltip($("tooltip")),
 };
 page.player = new Player(scheduleDraw);
@@ -22,6 +22,13 @@ page.player = new Player(scheduleDraw);
 function setStatus(text, kind = "") {
   $("status").textContent = text;
   $("status").className = `status ${kind}`;
+}
+
+// Other clients' runs go first; both views say where this one stands.
+function showQueued(position) {
+  const text = `waiting for the model: place ${position} in line`;
+  setStatus(text, "busy");
+  $("compare-status").textContent = text;
 }
 
 // ---------------------------------------------------------------- drawing
