@@ -124,6 +124,26 @@ def test_stop_cancels_a_live_run_within_a_step(page, server_url):
     assert page.is_enabled("[data-testid=run]")
 
 
+def test_a_second_tab_waits_its_turn_and_is_told_its_place(browser, page, server_url):
+    open_page(page, server_url)
+    page.fill("[data-testid=prompt]", "Write a long story about a lighthouse keeper.")
+    page.fill("#max-new-tokens", "400")
+    page.click("[data-testid=run]")
+    page.wait_for_selector("[data-testid=tree] [data-status]", timeout=120_000)
+    second = browser.new_page()
+    try:
+        open_page(second, server_url)
+        second.fill("#max-new-tokens", "4")
+        second.click("[data-testid=run]")
+        second.wait_for_function(
+            "document.querySelector('[data-testid=status]').textContent.includes('place 1 in line')")
+        page.click("[data-testid=stop]")
+        second.wait_for_selector("[data-testid=output][data-finished=true]", timeout=120_000)
+        assert "finished" in second.inner_text("[data-testid=status]")
+    finally:
+        second.close()
+
+
 def test_compare_mode_runs_talon_and_eagle_after_ar_and_outputs_are_identical(page, server_url):
     open_page(page, server_url)
     page.fill("[data-testid=prompt]", PROMPT)
