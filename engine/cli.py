@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.embedded import EmbeddedModelMissing
-from engine.events import RunFinished, TextDelta, TraceWriter
+from engine.events import RunFinished, RunStarted, TextDelta, TraceWriter
 from engine.policies import POLICIES, PolicyError
 from engine.request import GenerationRequest, RequestError
 
@@ -59,13 +59,15 @@ def generate_command(args: argparse.Namespace) -> int:
                                 max_new_tokens=args.max_new_tokens, drafter=args.drafter)
     policies = [request.policy] + ([args.compare] if args.compare else [])
     engine = load_from_args(args, policies)
-    engine.prepare(request)
     trace = TraceWriter(args.trace) if args.trace else None
     stream = not args.json
+    started: list[RunStarted] = []
 
     def emit(event: Any) -> None:
         if trace:
             trace(event)
+        if isinstance(event, RunStarted):
+            started.append(event)
         if stream and isinstance(event, TextDelta):
             print(event.text, end="", flush=True)
 
@@ -74,9 +76,10 @@ def generate_command(args: argparse.Namespace) -> int:
         trace.close()
     other = None
     if args.compare:
-        other = engine.run(request.model_copy(update={"policy": args.compare, "params": {}}), detail=False)
+        other = engine.run(request.model_copy(update={"policy": args.compare, "params": {}}), detail=False,
+                           emit=lambda event: started.append(event) if isinstance(event, RunStarted) else None)
     if args.json:
-        print(json.dumps(_json_summary(result, request, engine, other)))
+        print(json.dumps(_json_summary(result, other, [event.params for event in started])))
     else:
         print()
         print(_summary_line(result, engine))
@@ -98,12 +101,13 @@ def _summary_line(result: RunFinished, engine) -> str:
             f"{engine.info['dtype']} on {engine.info['device']}")
 
 
-def _json_summary(result: RunFinished, request: GenerationRequest, engine, other: RunFinished | None) -> dict:
+def _json_summary(result: RunFinished, other: RunFinished | None, params: list[dict[str, Any]]) -> dict:
+    """`params`: the parameters each run started with, in run order."""
     summary = {name: getattr(result, name) for name in SUMMARY_FIELDS}
-    summary.update(policy=result.policy, params=engine.prepare(request)[0].params.model_dump())
+    summary.update(policy=result.policy, params=params[0])
     if other:
         compare = {name: getattr(other, name) for name in SUMMARY_FIELDS}
-        compare.update(policy=other.policy, params={}, speedup=_ratio(result, other),
+        compare.update(policy=other.policy, params=params[1], speedup=_ratio(result, other),
                        identical=other.tokens == result.tokens)
         summary["compare"] = compare
     return summary
