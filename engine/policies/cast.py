@@ -5,8 +5,14 @@ children, keep every child as a rerank candidate, rerank by path score) but
 sizes each part by utility per unit of measured cost instead of fixed K, D, m.
 Utility is expected accepted tokens: a node's path score (product of draft
 probabilities from the root) estimates the chance the target accepts it, so
-the utility of a set of nodes is the sum of their scores. Costs are ms read
-from the cost table `specscope profile` writes (context["cost_table"]).
+the utility of a set of nodes is the sum of their scores. Costs are read in ms
+from the cost table `specscope profile` writes (context["cost_table"]) and
+expressed in target forwards: ms over the table's time for one target forward
+of one token at the current context (t₁). A machine that is uniformly faster
+or slower (another GPU, a busy CPU) then leaves every decision unchanged, and
+C1–C3 share one scale: expected tokens gained per t₁ of time spent, which a
+node must beat to raise throughput; the step's own tokens per t₁ (τ over the
+step time in t₁, ~1–3) is the natural bar.
 
 Our reading of the paper (its code was not available to us):
 
@@ -20,12 +26,12 @@ width   Each layer's candidates are sorted by path score v(1) ≥ v(2) ≥ …. 
         not concave: measured costs are steps (a GPU runs 17 tokens as fast as
         32), so a single node may look dear while the next eight together are cheap.
         A non-positive marginal cost makes the jump free.
-        With linear cost c_k = λk + δ every ratio is v(k)/λ, so C1 = v(K)/λ keeps
-        exactly the top K: EAGLE's frontier (the paper's Theorem 4.1, batch 1).
+        With linear cost c_k = λk + δ (in t₁) every ratio is v(k)/λ, so C1 = v(K)/λ
+        keeps exactly the top K: EAGLE's frontier (the paper's Theorem 4.1, batch 1).
 depth   φ_i = u_{i+1}/u_i says how much utility a layer keeps from the one above.
         A FIFO buffer holds the last R such ratios (across steps of a request,
         initialised to 1); another layer is drafted only while the predicted
-        utility mean(φ)·u_i per ms of the draft forward that makes it is ≥ C2.
+        utility mean(φ)·u_i per t₁ of the draft forward that makes it is ≥ C2.
 rerank  All drafted nodes, ordered by path score (ancestor-closed: a child
         never outscores its parent), are cut to m by the same marginal rule over
         the target's verify cost of m + 1 tokens (root included), threshold C3.
@@ -43,8 +49,7 @@ calibration (ours, not the paper's) A path score is the draft's confidence, not
         (two pseudo-steps at 1 to start: a cold first step must not swing it).
         κ = ρ = 1 until a step is observed, so the paper's rules hold as stated on fresh policies.
 
-C1–C3 are in expected tokens per ms, so they depend on device and model; the
-paper gives none; docs/cast.md records the sweep that chose the defaults.
+The paper gives no C1–C3; docs/cast.md records the sweep that chose the defaults.
 Every decision's detail carries the utility, cost, ratio and threshold behind it.
 """
 
@@ -62,9 +67,9 @@ from engine.tree import DraftTree
 
 
 class CastParams(PolicyParams):
-    c1: float = Field(0.02, ge=0, description="width: least marginal utility per draft ms to widen a layer (C1)")
-    c2: float = Field(0.005, ge=0, description="depth: least predicted utility per draft ms to add a layer (C2)")
-    c3: float = Field(0.02, ge=0, description="rerank: least marginal utility per verify ms to send more nodes (C3)")
+    c1: float = Field(1.0, ge=0, description="width: least marginal tokens per target-forward time (t₁) of drafting (C1)")
+    c2: float = Field(1.0, ge=0, description="depth: least predicted tokens per t₁ of drafting another layer (C2)")
+    c3: float = Field(1.0, ge=0, description="rerank: least marginal tokens per t₁ of verifying more nodes (C3)")
     top_k: int = Field(10, ge=1, le=64, description="children drafted per frontier node (K)")
     max_width: int = Field(32, ge=1, le=256, description="most frontier nodes per layer")
     max_depth: int = Field(12, ge=1, le=32, description="safety limit on draft layers")
@@ -158,9 +163,17 @@ class CastPolicy(Policy):
         self._draft_predicted_sum = 0.0
         self._step_draft_predicted = 0.0  # table ms of the draft forwards of the current step
 
+    def unit_ms(self, context: int) -> float:
+        """t₁: the table's ms for one target forward of one token at this context."""
+        return max(self.costs.verify_cost(1, context, self.params.batch), 1e-9)
+
     def draft_cost(self, n: int, context: int) -> float:
-        """ms of a draft forward of n tokens, as the table predicts it, scaled by ρ."""
-        return self.draft_scale * self.costs.draft_cost(n, context, self.params.batch)
+        """A draft forward of n tokens in t₁, as the table predicts it, scaled by ρ."""
+        return self.draft_scale * self.costs.draft_cost(n, context, self.params.batch) / self.unit_ms(context)
+
+    def verify_cost(self, n: int, context: int) -> float:
+        """A target forward of n tokens in t₁."""
+        return self.costs.verify_cost(n, context, self.params.batch) / self.unit_ms(context)
 
     def value(self, score: float) -> float:
         """A node's utility: its calibrated chance of being accepted."""
@@ -210,7 +223,8 @@ class CastPolicy(Policy):
                                                 "max_width": self.params.max_width})
                 continue
             detail = {"utility": self.value(pool.score[i]), "rank": rank + 1, "marginal_utility": width.gain[rank],
-                      "marginal_cost_ms": width.spend[rank], "ratio": _finite(width.ratio[rank])}
+                      "marginal_cost": width.spend[rank], "ratio": _finite(width.ratio[rank]),
+                      "unit_ms": self.unit_ms(self._prefix_len)}
             if rank == 0:
                 detail["ratio"] = _finite(float("inf"))  # the best is grown whenever the layer grows
             decisions[i] = Decision(kept=True, expanded=rank < width.count, reason="cost",
@@ -230,11 +244,11 @@ class CastPolicy(Policy):
         predicted = phi * utility
         cost = self.draft_cost(width, context + width)
         ratio = _slope(predicted, cost)
-        detail = {"predicted_utility": predicted, "phi": phi, "depth_cost_ms": cost,
+        detail = {"predicted_utility": predicted, "phi": phi, "depth_cost": cost,
                   "depth_ratio": _finite(ratio), "depth_threshold": self.params.c2}
         if depth >= self.params.max_depth or width == 0 or ratio < self.params.c2:
             return detail
-        self._step_draft_predicted += cost / self.draft_scale
+        self._step_draft_predicted += self.costs.draft_cost(width, context + width, self.params.batch)
         return None
 
     def finalize(self, tree: DraftTree) -> Rerank:
@@ -244,7 +258,7 @@ class CastPolicy(Policy):
         utility = [0.0]
         for i in considered:
             utility.append(utility[-1] + self.value(tree.score[i]))
-        cost = [self.costs.verify_cost(m + 1, self._prefix_len, self.params.batch) for m in range(len(considered) + 1)]
+        cost = [self.verify_cost(m + 1, self._prefix_len) for m in range(len(considered) + 1)]
         choice = marginal_walk(utility, cost, self.params.c3)
         count = max(choice.count, min(self.params.min_verify, len(considered)))
         chosen = set(considered[:count])
@@ -257,8 +271,8 @@ class CastPolicy(Policy):
                 continue
             detail = {"utility": self.value(tree.score[i]), "rank": rank + 1}
             if rank < len(choice.ratio):
-                detail.update(marginal_utility=choice.gain[rank], marginal_cost_ms=choice.spend[rank],
-                              ratio=_finite(choice.ratio[rank]))
+                detail.update(marginal_utility=choice.gain[rank], marginal_cost=choice.spend[rank],
+                              ratio=_finite(choice.ratio[rank]), unit_ms=self.unit_ms(self._prefix_len))
             else:
                 detail["max_total"] = self.params.max_total
             pruned[i] = Decision(kept=False, expanded=False, reason="rerank", threshold=self.params.c3, detail=detail)
