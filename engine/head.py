@@ -30,6 +30,15 @@ from transformers.models.llama.modeling_llama import (LlamaMLP, LlamaRMSNorm, Ll
                                                       apply_rotary_pos_emb)
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+SHIPPED_HEADS = Path(__file__).parent / "data" / "heads"
+_SHIPPED = {"SmolLM2-135M-Instruct": "smollm2-135m"}  # target name -> folder under data/heads
+
+
+def shipped_head_dir(target_name: str) -> Path | None:
+    """The head this package ships for a target, if any (the embedded SmolLM2 has one)."""
+    folder = _SHIPPED.get(target_name)
+    path = SHIPPED_HEADS / folder if folder else None
+    return path if path is not None and (path / "config.json").exists() else None
 
 
 def default_feature_layers(num_target_layers: int) -> tuple[int, int, int]:

@@ -182,3 +182,18 @@ class EagleHeadDrafter(Drafter):
         self.root_feature = features[-1]
         self.root_token = emitted[-1]
         self._clear_tree()
+
+
+def head_drafters(head_dir: str | Path, target_model: torch.nn.Module, dtype: torch.dtype,
+                  model_name: str | None = None) -> dict:
+    """Factories for the `head` and `hybrid` drafters over one loaded head (weights shared by both)."""
+    from engine.drafters.hybrid import HybridDrafter
+
+    embeddings = target_model.get_input_embeddings().weight.detach()  # [V, H]
+    head = load_head(head_dir, embeddings, dtype)
+    name = model_name or Path(head_dir).name
+    layers = target_model.config.num_hidden_layers
+    return {
+        "head": lambda: EagleHeadDrafter(head, name, layers),
+        "hybrid": lambda: HybridDrafter(EagleHeadDrafter(head, name, layers)),
+    }

@@ -52,11 +52,13 @@ def coverage(samples: list[Sample], draft_vocab: torch.Tensor, vocab_size: int) 
 
 
 def new_head(target_model, draft_vocab: torch.Tensor, intermediate_size: int | None,
-             feature_layers: tuple[int, ...], seed: int) -> Eagle3Head:
+             feature_layers: tuple[int, ...], seed: int, readout_scale: float = 0.5) -> Eagle3Head:
     """A float32 head whose output norm and lm_head rows start as the target's own.
 
     The attention and MLP branches start at zero, so the untrained head reads the target's
-    readout off the fused features alone and every branch grows from there."""
+    readout off the fused features alone and every branch grows from there. The output norm
+    starts at `readout_scale` times the target's: a random direction read at full scale gives
+    confidently wrong logits, and the first steps are spent unlearning that confidence."""
     torch.manual_seed(seed)
     vocab_size = target_model.config.vocab_size
     config = head_config(target_model.config, draft_vocab_size=len(draft_vocab),
@@ -70,7 +72,7 @@ def new_head(target_model, draft_vocab: torch.Tensor, intermediate_size: int | N
         head.lm_head.weight.copy_(target_model.get_output_embeddings().weight.detach().float()[draft_vocab])
         final_norm = getattr(getattr(target_model, "model", None), "norm", None)
         if final_norm is not None:
-            head.norm.weight.copy_(final_norm.weight.detach().float())
+            head.norm.weight.copy_(final_norm.weight.detach().float() * readout_scale)
         head.midlayer.self_attn.o_proj.weight.zero_()
         head.midlayer.mlp.down_proj.weight.zero_()
     return head
@@ -83,7 +85,7 @@ class LoopOptions:
     batch_sequences: int = 16
     lr: float = 1e-3
     weight_decay: float = 0.01
-    warmup_steps: int = 30
+    warmup_steps: int = 10
     max_steps: int = 0  # 0: no step limit
     epochs: float = 0.0  # 0: no epoch limit
     minutes: float = 0.0  # 0: no time limit
