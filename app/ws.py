@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import warnings
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -100,7 +101,10 @@ class ClientSession:
         if self.state.engine is None:
             return RequestError("this server replays recorded traces only; it has no model loaded", field=None)
         try:
-            make_policy(request.policy, request.params)
+            with warnings.catch_warnings():
+                # Only the parameters are checked here; the engine's own build warns where it matters.
+                warnings.simplefilter("ignore")
+                make_policy(request.policy, request.params)
         except PolicyError as err:
             return err
         drafters = list(getattr(self.state.engine, "drafter_names", []))
@@ -111,7 +115,7 @@ class ClientSession:
 
     async def _run(self, request: GenerationRequest, run: _ActiveRun) -> None:
         try:
-            async with self.state.line.turn(lambda position: self.send(Queued(position=position))):
+            async with self.state.line.turn(lambda position: self._send_quietly(Queued(position=position))):
                 run.started = True
                 await relay_run(self.state.engine, self.state.executor, request, run.cancel, self.send)
         except LineFull as err:
