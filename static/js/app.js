@@ -204,6 +204,7 @@ async function start() {
     e.currentTarget.blur();
     page.player.toggle();
   });
+  $("speed").addEventListener("change", (e) => { page.player.speed = Number(e.target.value); });
   $("fit").addEventListener("change", (e) => $("tree").closest(".tree-scroll").classList.toggle("fit", e.target.checked));
   $("step-timeline").querySelector("input[type=range]")
     .addEventListener("input", (e) => page.player.seekStep(Number(e.target.value)));

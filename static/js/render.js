@@ -110,8 +110,11 @@ export function createTooltip(box) {
     }
     box.replaceChildren(table);
     box.hidden = false;
+    // Beside the pointer, flipped to its left where the panel's right edge would cut the box off.
     const rect = box.parentElement.getBoundingClientRect();
-    box.style.left = `${Math.max(0, event.clientX - rect.left + 14)}px`;
+    const x = event.clientX - rect.left;
+    const left = x + 14 + box.offsetWidth > rect.width ? x - 14 - box.offsetWidth : x + 14;
+    box.style.left = `${Math.max(0, left)}px`;
     box.style.top = `${Math.max(0, event.clientY - rect.top + 14)}px`;
   };
   const hide = () => {
