@@ -58,7 +58,7 @@ function draw() {
   $("play").textContent = player.playing ? "❚❚" : "▶";
   renderOutput($("output"), run);
   $("output").dataset.finished = String(Boolean(run.finished));
-  renderMetrics($("metrics"), runSummary(run), speedupOf(run));
+  renderMetrics($("metrics"), runSummary(run), speedupOf(run), (i) => player.seekStep(i));
 }
 
 function speedupOf(run) {

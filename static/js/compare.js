@@ -150,7 +150,8 @@ class Pane {
     this.svg.setAttribute("data-testid", "pane-tree");
     scroll.append(this.svg);
     this.charts = el("div", { class: "pane-charts" });
-    this.root.append(header, this.fieldset, this.status, scroll, this.charts);
+    this.stepLabel = el("p", { class: "pane-step" });
+    this.root.append(header, this.fieldset, this.status, this.stepLabel, scroll, this.charts);
   }
 
   policy() {
@@ -167,6 +168,8 @@ class Pane {
   }
 
   clear() {
+    this.picked = null;
+    this.stepLabel.textContent = "";
     this.svg.replaceChildren();
     this.charts.replaceChildren();
     this.status.textContent = "waiting for its turn";
@@ -183,17 +186,26 @@ class Pane {
     });
   }
 
+  /** Once the run is over, a click on a bar shows that step's tree instead of the last one. */
+  pick(index) {
+    this.picked = index;
+    this.draw(this.events);
+  }
+
   draw(events) {
     const run = foldEvents(events);
-    const step = run.steps[run.steps.length - 1];
+    const last = run.steps.length - 1;
+    const index = run.finished && this.picked != null ? Math.min(this.picked, last) : last;
+    const step = run.steps[index];
     if (step) renderTree(this.svg, layoutTree(step, { maxPruned: 1 }), null);
+    this.stepLabel.textContent = step ? `tree of step ${index + 1} of ${run.steps.length}` : "";
     const summary = runSummary(run);
     this.status.textContent = run.finished
       ? `${run.finished.new_tokens} tokens · τ ${formatNumber(summary.tau)} · ${formatNumber(run.finished.tokens_per_s, 1)} tokens/s`
       : `step ${step?.step ?? 0}…`;
     this.charts.replaceChildren(
-      barChart("depth per step", summary.series.depth, "tree-depth", { width: 160, height: 36 }),
-      barChart("width per step", summary.series.width, "tree-width", { width: 160, height: 36 }),
+      barChart("depth per step", summary.series.depth, "tree-depth", { width: 160, height: 36, onPick: (i) => this.pick(i) }),
+      barChart("width per step", summary.series.width, "tree-width", { width: 160, height: 36, onPick: (i) => this.pick(i) }),
     );
   }
 }

@@ -157,7 +157,7 @@ export function renderOutput(box, run) {
   }
 }
 
-export function renderMetrics(box, summary, speedup) {
+export function renderMetrics(box, summary, speedup, onPick = null) {
   const values = [
     ["τ", formatNumber(summary.tau), "mean tokens per step (accepted + 1)"],
     ["δ", formatNumber(summary.delta), "mean draft forwards per step"],
@@ -175,10 +175,10 @@ export function renderMetrics(box, summary, speedup) {
   }
   const charts = el("div", { class: "metric-charts" });
   charts.append(
-    barChart("accepted per step", summary.series.accepted, "accepted"),
-    barChart("tree size per step", summary.series.treeSize, "tree-size"),
-    barChart("tree depth per step", summary.series.depth, "tree-depth"),
-    barChart("tree width per step", summary.series.width, "tree-width"),
+    barChart("accepted per step", summary.series.accepted, "accepted", { onPick }),
+    barChart("tree size per step", summary.series.treeSize, "tree-size", { onPick }),
+    barChart("tree depth per step", summary.series.depth, "tree-depth", { onPick }),
+    barChart("tree width per step", summary.series.width, "tree-width", { onPick }),
   );
   box.replaceChildren(grid, charts, adjustmentList(summary.adjustments ?? []));
 }
@@ -194,7 +194,7 @@ function adjustmentList(adjustments) {
 }
 
 /** A small bar chart, one bar per step, with its maximum labelled. */
-export function barChart(title, values, kind, { width = 220, height = 44 } = {}) {
+export function barChart(title, values, kind, { width = 220, height = 44, onPick = null } = {}) {
   const figure = el("figure", { class: `chart ${kind}` });
   const max = Math.max(1, ...values);
   figure.append(el("figcaption", {}, `${title} (max ${values.length ? Math.max(...values) : 0})`));
@@ -203,8 +203,12 @@ export function barChart(title, values, kind, { width = 220, height = 44 } = {})
   values.forEach((value, i) => {
     const barHeight = (value / max) * (height - 2);
     const bar = svgEl("rect", { x: i * barWidth, y: height - barHeight, width: Math.max(1, barWidth - 1), height: barHeight });
-    bar.append(svgEl("title", {}, `step ${i}: ${value}`));
     svg.append(bar);
+    // A full-height target per step, so a step with a tiny bar can still be picked.
+    const hit = svgEl("rect", { x: i * barWidth, y: 0, width: barWidth, height, class: "hit" });
+    hit.append(svgEl("title", {}, `step ${i + 1}: ${value}${onPick ? " (click to show its tree)" : ""}`));
+    if (onPick) hit.addEventListener("click", () => onPick(i));
+    svg.append(hit);
   });
   figure.append(svg);
   return figure;
