@@ -32,7 +32,8 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server_url():
     port = free_port()
-    log = open(ARTIFACTS / "browser-server.log", "w") if ARTIFACTS.mkdir(exist_ok=True) is None else None
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "browser-server.log", "w")
     process = subprocess.Popen([sys.executable, "-m", "app.serve", "--port", str(port)], cwd=ROOT,
                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
