@@ -96,8 +96,21 @@ def load_engine(target: str | None = None, draft: str | None = None, head: str |
     default = drafter or next(name for name in DEFAULT_DRAFTERS if name in drafters)
     if default not in drafters:
         raise LoadError(f"drafter {default!r} is not available; loaded: {', '.join(drafters)}")
-    return SpecEngine(target_lm, HFCodec(tokenizer, target or EMBEDDED_NAME), drafters, default,
-                      draft_lm=draft_lm, policy_context=policy_context)
+    engine = SpecEngine(target_lm, HFCodec(tokenizer, target or EMBEDDED_NAME), drafters, default,
+                        draft_lm=draft_lm, policy_context=policy_context)
+    _attach_saved_costs(engine)
+    return engine
+
+
+def _attach_saved_costs(engine: SpecEngine) -> None:
+    """Cost-aware policies read the measured table when this device, model and dtype have one."""
+    from engine.profile import CostTableMissing, load_cost_table
+
+    if "cost_table" not in engine.policy_context:
+        try:
+            engine.policy_context["cost_table"] = load_cost_table(engine, profile_if_missing=False)
+        except CostTableMissing:
+            pass
 
 
 def _head_drafters(head_dir: str, target: CachedLM, dtype: torch.dtype) -> dict[str, Callable[[], Drafter]]:
