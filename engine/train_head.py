@@ -53,10 +53,12 @@ class TrainHeadOptions:
     max_new_tokens: int = 144
     temperature: float = 0.8
     greedy_share: float = 0.6
+    descending: bool = False
     draft_vocab: int = 16384
     intermediate_size: int = 0  # 0: the target's
     loop: LoopOptions = field(default_factory=LoopOptions)
     eval_depth: int = 5
+    readout_scale: float = 0.5
     seed: int = 0
     command: str = ""
 
@@ -74,7 +76,8 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
         prompts=train_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
         max_new_tokens=options.max_new_tokens, temperature=options.temperature,
         greedy_share=options.greedy_share, seed=options.seed, max_tokens=options.max_tokens,
-        deadline=time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0)
+        deadline=time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0,
+        descending=options.descending)
     run_generation(model, tokenizer, gen_plan, layers, options.work / "train", eos_ids, pad_id, log)
     held_plan = GenerationPlan(prompts=held_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
                                max_new_tokens=options.max_new_tokens, greedy_share=1.0, seed=options.seed + 1)
@@ -86,7 +89,8 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     held_coverage = coverage(held, draft_vocab, vocab_size)
     log(f"data: {len(samples)} answers, {_response_tokens(samples)} response tokens; held-out: {len(held)} answers; "
         f"draft vocabulary {len(draft_vocab)} covers {held_coverage:.2%} of held-out target tokens")
-    head = new_head(model, draft_vocab, options.intermediate_size or None, layers, options.seed)
+    head = new_head(model, draft_vocab, options.intermediate_size or None, layers, options.seed,
+                    options.readout_scale)
     mapping = target_to_draft_map(draft_vocab, vocab_size)
     loop = train_loop(head, samples, mapping, options.loop, options.work / "checkpoint.pt", log)
     head.eval()
@@ -211,6 +215,7 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--gen-minutes", type=float, default=0.0, help="generation budget of this invocation")
     p.add_argument("--max-new-tokens", type=int, default=144)
     p.add_argument("--gen-batch", type=int, default=48)
+    p.add_argument("--descending", action="store_true", help="generate chunks from the last (a second process)")
     p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (>= target's: full)")
     p.add_argument("--intermediate-size", type=int, default=0, help="head MLP width (0: the target's)")
     p.add_argument("--ttt-steps", type=int, default=3, help="unroll steps of the EAGLE-3 objective")
@@ -221,6 +226,7 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--eval-depth", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--readout-scale", type=float, default=0.5, help="initial output norm, times the target's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default=None, help="target dtype for generation (default: bf16 where native)")
     p.add_argument("--export-ids", type=Path, default=None, help="also write the answers' token ids (.npz)")
@@ -253,9 +259,9 @@ def train_head_command(args: argparse.Namespace) -> int:
                        bf16=native_bf16)
     options = TrainHeadOptions(
         out=args.out, work=work, prompts=args.prompts, held_out=args.held_out, eval_prompts=args.eval_prompts,
-        max_tokens=args.max_tokens, gen_minutes=args.gen_minutes, gen_batch=args.gen_batch,
+        max_tokens=args.max_tokens, gen_minutes=args.gen_minutes, gen_batch=args.gen_batch, descending=args.descending,
         max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size,
-        loop=loop, eval_depth=args.eval_depth, seed=args.seed,
+        loop=loop, eval_depth=args.eval_depth, readout_scale=args.readout_scale, seed=args.seed,
         command="specscope " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     if args.from_ids:
         layers = default_feature_layers(model.config.num_hidden_layers)

@@ -217,6 +217,8 @@ def run_generation(model, tokenizer, plan: GenerationPlan, layers: tuple[int, ..
         samples: list[Sample] = []
         start = time.time()
         for b in range(0, len(rows), plan.batch_size):
+            if samples and plan.deadline and time.time() > plan.deadline:
+                break  # out of time: the chunk keeps the answers already made
             batch = rows[b:b + plan.batch_size]
             samples += generate_batch(
                 model, [chat_ids(tokenizer, r["prompt"]) for r in batch], [r["id"] for r in batch],
