@@ -229,3 +229,17 @@ def test_sampled_children_come_with_their_distribution():
     assert len(set(proposal.token)) == 4
     assert all(head.t2d[t] for t in proposal.token)  # drawn inside the draft vocabulary
     assert proposal.q == [proposal.q_dist[t].item() for t in proposal.token]
+
+
+def test_head_and_hybrid_drafters_share_one_loaded_head(tmp_path):
+    from engine.drafters.eagle_head import head_drafters
+    from engine.head import shipped_head_dir
+
+    target = tiny_target()
+    save_head(tiny_head(target), tmp_path)
+    factories = head_drafters(tmp_path, target, torch.float32)
+    head, hybrid = factories["head"](), factories["hybrid"]()
+    assert head.name == "head" and hybrid.name == "hybrid"
+    assert head.head is hybrid.head.head
+    assert hybrid.feature_layers == head.feature_layers == (2, 4, 5)
+    assert shipped_head_dir("no-such-target") is None
