@@ -13,7 +13,7 @@ the cost table:
        direction is the one the cost table favours: acceptance is modelled
        as gaining α tokens per doubling of N (α fitted from the windows seen
        so far, 0.3 before two budgets were seen), and verify time as the
-       table's cost of N + 1 tokens at the current context. On a device whose
+       measured one times the table's ratio of N' + 1 to N + 1 tokens. On a device whose
        verify cost is flat in n (a GPU) that says grow; on a CPU, shrink.
     μ  when the gate binds. A high μ keeps only near-best paths (narrow, deep
        trees), a low μ hedges (wide, shallow). If the target accepts most of
@@ -57,6 +57,7 @@ class Window:
     depth: float = 0.0
     tree_size: float = 0.0
     ms: float = 0.0
+    verify_ms: float = 0.0
     prefix_len: int = 0
 
     def add(self, outcome: StepOutcome) -> None:
@@ -66,6 +67,7 @@ class Window:
         self.depth += outcome.depth
         self.tree_size += outcome.tree_size
         self.ms += outcome.draft_ms + outcome.verify_ms + outcome.other_ms
+        self.verify_ms += outcome.verify_ms
         self.prefix_len = outcome.prefix_len
 
     @property
@@ -164,17 +166,21 @@ class TalonAdaptivePolicy(TalonPolicy):
             return None, "N at its bound"
         predicted = {c: self._predicted_rate(window, c) for c in candidates | {n}}
         best = max(candidates, key=lambda c: predicted[c])
+        ratio = self.costs.verify_cost(best + 1, window.prefix_len) / self.costs.verify_cost(n + 1, window.prefix_len)
         return best, (f"predicted {predicted[best]:.1f} tok/s at N={best} vs {predicted[n]:.1f} at N={n} "
-                      f"(verify {self.costs.verify_cost(best + 1, window.prefix_len):.0f} vs "
-                      f"{self.costs.verify_cost(n + 1, window.prefix_len):.0f} ms in the cost table)")
+                      f"(verifying {best} nodes costs {ratio:.2f}× {n} in the cost table)")
 
     def _predicted_rate(self, window: Window, budget: int) -> float:
-        """tokens/s if N were `budget`: α tokens per doubling, verify time from the cost table."""
+        """tokens/s if N were `budget`: α tokens per doubling; the measured verify time scaled by the
+        cost table's ratio between the two tree sizes (a ratio, so a table taken on a faster or
+        busier machine still serves)."""
         n = self.params.budget
         tokens = window.tokens / window.steps + self._tokens_per_doubling() * math.log2(budget / n)
-        verify_now = self.costs.verify_cost(window.tree_size / window.steps + 1, window.prefix_len)
-        verify_then = self.costs.verify_cost(window.tree_size / window.steps * budget / n + 1, window.prefix_len)
-        ms = window.ms / window.steps + verify_then - verify_now
+        size = window.tree_size / window.steps
+        verify_now = self.costs.verify_cost(size + 1, window.prefix_len)
+        verify_then = self.costs.verify_cost(size * budget / n + 1, window.prefix_len)
+        verify_ms = window.verify_ms / window.steps
+        ms = window.ms / window.steps + verify_ms * (verify_then / verify_now - 1)
         return 1000 * max(tokens, 1.0) / ms if ms > 0 else 0.0
 
     def _tokens_per_doubling(self) -> float:
