@@ -253,7 +253,14 @@ def load_head(path: str | Path, embed_tokens: torch.Tensor, dtype: torch.dtype =
     missing = [k for k in missing if not k.startswith("rotary")]
     if missing or unexpected:
         raise ValueError(f"{path}: not an EAGLE-3 head (missing {missing}, unexpected {unexpected})")
-    return head.to(dtype).eval()
+    return cast_head(head, dtype).eval()
+
+
+def cast_head(head: Eagle3Head, dtype: torch.dtype) -> Eagle3Head:
+    """Weights in `dtype`, rotary frequencies kept in float32 (a bf16 copy drifts by radians at long positions)."""
+    head = head.to(dtype)
+    head.rotary = LlamaRotaryEmbedding(_llama_config(head.config)).to(head.fc.weight.device)
+    return head
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:

@@ -243,3 +243,11 @@ def test_head_and_hybrid_drafters_share_one_loaded_head(tmp_path):
     assert head.head is hybrid.head.head
     assert hybrid.feature_layers == head.feature_layers == (2, 4, 5)
     assert shipped_head_dir("no-such-target") is None
+
+
+def test_a_bf16_head_keeps_float32_rotary_frequencies(tmp_path):
+    target = tiny_target()
+    save_head(tiny_head(target), tmp_path)
+    head = load_head(tmp_path, target.get_input_embeddings().weight.detach(), torch.bfloat16)
+    assert head.fc.weight.dtype == torch.bfloat16
+    assert head.rotary.inv_freq.dtype == torch.float32
