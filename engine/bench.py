@@ -78,6 +78,24 @@ class Tally:
         return self.new_tokens / self.wall_s if self.wall_s else 0.0
 
 
+SHIPPED_PROMPTS = Path(__file__).parent / "data" / "prompts" / "prompts.jsonl"
+HELD_OUT_SHARE = 0.05  # the share train-head never trains on
+
+
+def held_out_prompts(limit: int | None = None) -> list[tuple[Any, str]]:
+    """The shipped prompt set's held-out split (never trained on), one per task kind in turn."""
+    from engine.training.selfdistill import is_held_out
+
+    by_kind: dict[str, list[tuple[Any, str]]] = {}
+    with open(SHIPPED_PROMPTS, encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            if is_held_out(record["id"], HELD_OUT_SHARE):
+                by_kind.setdefault(record["kind"], []).append((record["id"], record["prompt"]))
+    interleaved = [row for group in zip(*by_kind.values()) for row in group]
+    return interleaved[:limit] if limit else interleaved
+
+
 def read_prompts(path: str | Path, limit: int | None = None) -> list[tuple[Any, str]]:
     """(question_id, first turn) pairs from a Spec-Bench-format JSON-lines file."""
     prompts = []

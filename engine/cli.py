@@ -114,10 +114,10 @@ def _json_summary(result: RunFinished, other: RunFinished | None, params: list[d
 
 
 def bench_command(args: argparse.Namespace) -> int:
-    from engine.bench import PolicySpec, markdown_table, read_prompts, run_bench, write_report
+    from engine.bench import PolicySpec, held_out_prompts, markdown_table, read_prompts, run_bench, write_report
 
     specs = [PolicySpec.parse(text) for text in args.policies.split(",") if text.strip()]
-    prompts = read_prompts(args.prompts, args.limit)
+    prompts = read_prompts(args.prompts, args.limit) if args.prompts else held_out_prompts(args.limit)
     if not prompts:
         raise RequestError(f"{args.prompts} holds no prompts", field="prompts")
     engine = load_from_args(args, [spec.policy for spec in specs])
@@ -148,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.set_defaults(func=generate_command)
 
     bench = commands.add_parser("bench", help="benchmark policies on Spec-Bench-format prompts against ar")
-    bench.add_argument("--prompts", required=True, help="JSON lines with question_id, category, turns")
+    bench.add_argument("--prompts", default=None,
+                       help="Spec-Bench-format JSON lines (question_id, category, turns); default: the shipped "
+                            "prompt set's held-out split, never used to train the head")
     bench.add_argument("--policies", default="ar,chain,eagle,talon",
                        help="comma-separated; parameters after colons, e.g. talon:mu=0.05:budget=40")
     bench.add_argument("--max-new-tokens", type=int, default=128)

@@ -107,3 +107,13 @@ def test_bench_cli_writes_markdown_and_json(tiny_target, capsys, tmp_path):
                            "results"}
     assert [r["identical_to_ar"] for r in report["results"]] == [True, True, True]
     assert "| talon |" in (tmp_path / "out" / "results.md").read_text() and "| talon |" in out
+
+
+def test_default_bench_prompts_are_the_held_out_split_across_task_kinds():
+    from engine.bench import held_out_prompts
+    from engine.training.selfdistill import is_held_out
+
+    prompts = held_out_prompts()
+    assert len(prompts) >= 100
+    assert all(is_held_out(question_id, 0.05) for question_id, _ in prompts)
+    assert len({text for _, text in prompts}) == len(prompts)
