@@ -47,14 +47,14 @@ def test_profile_writes_a_table_of_the_grid_shape(tiny_table, tmp_path):
 def test_profiled_cost_grows_with_new_tokens_within_noise(tiny_table):
     """256 new tokens cost more than 1; no measured point falls far below a smaller n's.
 
-    A shared CPU deschedules whole runs (a slice is a few ms), so the cell-wise minimum of two
-    profiles is checked, against a noise floor of 5 ms or half the smaller n's time."""
+    A shared CPU deschedules whole runs (for a few ms at a time), so the cell-wise minimum of two
+    profiles is checked, against a noise floor of 10 ms or half the smaller n's time."""
     second = profile(CachedLM(tiny_llama(0, hidden=256, layers=2), name="tiny-target"), None, SMALL, progress=False)
     for rows_a, rows_b in zip(tiny_table.target.ms, second.target.ms):
         for row_a, row_b in zip(rows_a, rows_b):
             row = [min(a, b) for a, b in zip(row_a, row_b)]
             assert row[-1] > 2 * row[0]
-            assert all(later >= earlier - max(5.0, 0.5 * earlier) for earlier, later in zip(row, row[1:]))
+            assert all(later >= earlier - max(10.0, 0.5 * earlier) for earlier, later in zip(row, row[1:]))
 
 
 def test_cost_interpolates_in_n_and_rounds_context_and_batch_up():
@@ -104,3 +104,17 @@ def test_cli_grid_rounds_contexts_to_the_step_and_caps_n():
     assert grid.contexts == (128, 512)
     assert max(grid.ns) == 32 and grid.batches == (1, 2, 4)
     assert args.func.__name__ == "profile_command"
+
+
+def test_load_cost_table_adds_a_missing_draft_without_remeasuring_the_target(tmp_path):
+    grid = Grid(ns=(1, 2), contexts=(16,), batches=(1,), repeats=1, warmup=0)
+    target = CachedLM(tiny_llama(0), name="tiny-target")
+    path = tmp_path / "table.json"
+    load_cost_table(SimpleNamespace(target=target, draft_lm=None), path=path, grid=grid)
+    saved = CostTable.load(path)
+    engine = SimpleNamespace(target=target, draft_lm=CachedLM(tiny_llama(1, hidden=32, layers=1), name="tiny-draft"))
+    with pytest.raises(CostTableMissing, match="tiny-draft"):
+        load_cost_table(engine, profile_if_missing=False, path=path)
+    table = load_cost_table(engine, path=path, grid=grid)
+    assert table.draft.name == "tiny-draft" and table.target.ms == saved.target.ms
+    assert CostTable.load(path).draft.name == "tiny-draft"
