@@ -14,7 +14,7 @@ C1–C3 share one scale: expected tokens gained per t₁ of time spent, which a
 node must beat to raise throughput; the step's own tokens per t₁ (τ over the
 step time in t₁, ~1–3) is the natural bar.
 
-Our reading of the paper (its code was not available to us):
+Our reading of the paper (only its abstract was available to us):
 
 width   Each layer's candidates are sorted by path score v(1) ≥ v(2) ≥ …. Taking
         the best k as the frontier has utility u_k = v(1)+…+v(k) and costs the
