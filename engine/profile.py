@@ -281,12 +281,9 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="summary of the timed runs; min suits a machine shared with other jobs")
     parser.add_argument("--no-draft", action="store_true", help="measure the target only")
-    parser.add_argument("--target", default=None, help="target model: hub id or folder (default: embedded SmolLM2)")
-    parser.add_argument("--draft", default=None, help="draft model: hub id or folder (default: none)")
-    parser.add_argument("--head", default=None, help="EAGLE-3 draft head folder (not profiled: no CachedLM)")
-    parser.add_argument("--drafter", default=None, help="default drafter of the loaded engine")
-    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the device's best)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: the best available)")
+    from engine.cli import add_engine_args  # the flags every model-loading command shares
+
+    add_engine_args(parser)
     parser.set_defaults(func=profile_command)
     return parser
 

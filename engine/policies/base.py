@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from engine.costs import CostTable, cost_table_from_context
 from engine.tree import DraftTree
 
 
@@ -94,6 +96,11 @@ class Policy(ABC):
         self.params = params
         self.context = context or {}
 
+    @cached_property
+    def costs(self) -> CostTable:
+        """The measured cost table, resolved on first use: validating parameters alone needs none."""
+        return cost_table_from_context(self.context, self.name)
+
     def start_run(self) -> None:
         """Resets per-run state."""
 
@@ -136,12 +143,13 @@ def rerank_top(tree: DraftTree, m: int) -> Rerank:
     """
     drafted = list(range(1, len(tree)))
     best = set(sorted(drafted, key=lambda i: (-tree.score[i], tree.depth[i], i))[:m])
-    keep = [0] + [i for i in drafted if i in best and _ancestors_in(tree, i, best)]
+    keep = [0] + [i for i in drafted if i in best and ancestors_in(tree, i, best)]
     pruned = {i: Decision(kept=False, expanded=False, reason="rerank") for i in drafted if i not in keep}
     return Rerank(keep=keep, pruned=pruned)
 
 
-def _ancestors_in(tree: DraftTree, node: int, chosen: set[int]) -> bool:
+def ancestors_in(tree: DraftTree, node: int, chosen: set[int]) -> bool:
+    """Whether every draft ancestor of `node` is in `chosen` (the root always is)."""
     parent = tree.parent[node]
     while parent > 0:
         if parent not in chosen:

@@ -61,8 +61,8 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from engine.costs import CostTable, cost_table_from_context
-from engine.policies.base import Adjustment, Decision, LayerSelection, Policy, PolicyParams, Pool, Rerank, StepOutcome
+from engine.policies.base import (Adjustment, Decision, LayerSelection, Policy, PolicyParams, Pool, Rerank, StepOutcome,
+                                  ancestors_in)
 from engine.tree import DraftTree
 
 
@@ -137,15 +137,7 @@ class CastPolicy(Policy):
 
     def __init__(self, params: CastParams, context: dict | None = None):
         super().__init__(params, context)
-        self._costs: CostTable | None = None
         self.start_run()
-
-    @property
-    def costs(self) -> CostTable:
-        """The cost table, resolved on first use: validating parameters alone needs none."""
-        if self._costs is None:
-            self._costs = cost_table_from_context(self.context, self.name)
-        return self._costs
 
     def start_run(self) -> None:
         self.gains: deque[float] = deque([1.0] * self.params.window, maxlen=self.params.window)
@@ -262,7 +254,7 @@ class CastPolicy(Policy):
         choice = marginal_walk(utility, cost, self.params.c3)
         count = max(choice.count, min(self.params.min_verify, len(considered)))
         chosen = set(considered[:count])
-        keep = [0] + [i for i in range(1, len(tree)) if i in chosen and _ancestors_in(tree, i, chosen)]
+        keep = [0] + [i for i in range(1, len(tree)) if i in chosen and ancestors_in(tree, i, chosen)]
         kept = set(keep)
         self._verified_score = sum(tree.score[i] for i in keep[1:])
         pruned = {}
@@ -304,15 +296,6 @@ class CastPolicy(Policy):
                     f"{self._draft_predicted_sum:.0f}: draft costs rescaled by ρ"))
             self._reported_scale = self.draft_scale
         return changes
-
-
-def _ancestors_in(tree: DraftTree, node: int, chosen: set[int]) -> bool:
-    parent = tree.parent[node]
-    while parent > 0:
-        if parent not in chosen:
-            return False
-        parent = tree.parent[parent]
-    return True
 
 
 def _finite(value: float) -> float:

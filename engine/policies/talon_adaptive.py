@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from engine.costs import CostTable, cost_table_from_context
 from engine.policies.base import Adjustment, StepOutcome
 from engine.policies.talon import TalonParams, TalonPolicy
 
@@ -99,15 +98,7 @@ class TalonAdaptivePolicy(TalonPolicy):
     def __init__(self, params: TalonAdaptiveParams, context: dict | None = None):
         super().__init__(params, context)
         self.initial = params
-        self._costs: CostTable | None = None
         self.start_run()
-
-    @property
-    def costs(self) -> CostTable:
-        """The cost table, resolved on first use: validating parameters alone needs none."""
-        if self._costs is None:
-            self._costs = cost_table_from_context(self.context, self.name)
-        return self._costs
 
     def start_run(self) -> None:
         self.params = self.initial
