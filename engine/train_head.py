@@ -118,9 +118,9 @@ def _metrics(options, samples, held, draft_vocab, held_coverage, loop, stats, st
                  "heldout_share_of_prompts": options.held_out},
         "draft_vocab_size": len(draft_vocab),
         "heldout_vocab_coverage": held_coverage,
-        "training": {"steps": loop.steps, "epochs": loop.epochs, "wall_s": loop.wall_s,
-                     "final_loss": loop.final_loss, "final_loss_by_step": loop.step_losses,
-                     **{k: v for k, v in asdict(options.loop).items()}},
+        "training": {**{k: v for k, v in asdict(options.loop).items()},  # the budget first: results below win
+                     "steps": loop.steps, "epochs": loop.epochs, "wall_s": loop.wall_s,
+                     "final_loss": loop.final_loss, "final_loss_by_step": loop.step_losses},
         "heldout": {"top1_by_depth": stats.top1, "chain_accept_by_depth": stats.chain_accept,
                     "tau_chain": stats.tau_chain, "tau_tree": stats.tau_tree, "positions": stats.positions,
                     "depth": options.eval_depth},
