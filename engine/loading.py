@@ -11,20 +11,17 @@ import torch
 from engine.codec import HFCodec
 from engine.drafters.base import Drafter
 from engine.drafters.draft_lm import DraftLMDrafter
-from engine.drafters.eagle_head import EagleHeadDrafter
-from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.eagle_head import head_drafters
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.embedded import EMBEDDED_NAME, embedded_model_dir
 from engine.engine import SpecEngine
-from engine.head import load_head
+from engine.head import shipped_head_dir
 from engine.lm import CachedLM
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
 
 
-# The head trained for the embedded target and shipped with the package.
-SHIPPED_HEAD = Path(__file__).parent / "data" / "heads" / "smollm2-135m"
 # Which drafter runs when none is asked for: the first one loaded, in this order (chosen by
 # measurement on held-out prompts; see the head's model card).
 DEFAULT_DRAFTERS = ("hybrid", "head", "draft-lm", "prompt-lookup")
@@ -90,9 +87,11 @@ def load_engine(target: str | None = None, draft: str | None = None, head: str |
         if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
             raise LoadError(f"the draft {draft!r} has a different tokenizer from the target {target_path!r}")
         drafters["draft-lm"] = lambda: DraftLMDrafter(draft_lm)
-    head_dir = head or (str(SHIPPED_HEAD) if target is None and (SHIPPED_HEAD / "config.json").exists() else None)
+    head_dir = head or (shipped_head_dir(EMBEDDED_NAME) if target is None else None)
     if head_dir:
-        drafters.update(_head_drafters(head_dir, target_lm, torch_dtype))
+        if not (Path(head_dir) / "config.json").exists():
+            raise LoadError(f"{head_dir} is not an EAGLE-3 head folder (no config.json)")
+        drafters.update(head_drafters(head_dir, target_lm.model, torch_dtype))
     default = drafter or next(name for name in DEFAULT_DRAFTERS if name in drafters)
     if default not in drafters:
         raise LoadError(f"drafter {default!r} is not available; loaded: {', '.join(drafters)}")
@@ -111,17 +110,3 @@ def _attach_saved_costs(engine: SpecEngine) -> None:
             engine.policy_context["cost_table"] = load_cost_table(engine, profile_if_missing=False)
         except CostTableMissing:
             pass
-
-
-def _head_drafters(head_dir: str, target: CachedLM, dtype: torch.dtype) -> dict[str, Callable[[], Drafter]]:
-    """`head` and `hybrid` over one set of head weights, loaded once and shared."""
-    if not (Path(head_dir) / "config.json").exists():
-        raise LoadError(f"{head_dir} is not an EAGLE-3 head folder (no config.json)")
-    embeddings = target.model.get_input_embeddings().weight.detach()  # [V, H], shared, not stored
-    weights = load_head(head_dir, embeddings, dtype).to(target.device)
-    name, layers = Path(head_dir).name, target.config.num_hidden_layers
-
-    def fresh_head() -> EagleHeadDrafter:
-        return EagleHeadDrafter(weights, name, layers)
-
-    return {"head": fresh_head, "hybrid": lambda: HybridDrafter(fresh_head())}

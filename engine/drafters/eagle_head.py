@@ -190,7 +190,7 @@ def head_drafters(head_dir: str | Path, target_model: torch.nn.Module, dtype: to
     from engine.drafters.hybrid import HybridDrafter
 
     embeddings = target_model.get_input_embeddings().weight.detach()  # [V, H]
-    head = load_head(head_dir, embeddings, dtype)
+    head = load_head(head_dir, embeddings, dtype).to(embeddings.device)
     name = model_name or Path(head_dir).name
     layers = target_model.config.num_hidden_layers
     return {
