@@ -16,7 +16,7 @@ import torch
 from engine.drafters.base import Drafter, Proposal
 from engine.lm import CachedLM
 from engine.sampling import SamplingParams, probs_from_logits
-from engine.tree import DraftTree, ancestor_matrix
+from engine.tree import DraftTree, path_to
 
 
 class DraftLMDrafter(Drafter):
@@ -67,13 +67,11 @@ class DraftLMDrafter(Drafter):
     def _run_frontier(self, tree: DraftTree, frontier: list[int]) -> torch.Tensor:
         """Runs frontier nodes in one forward; each sees the context and its own ancestors."""
         start = self.lm.cache_len
-        ancestors = ancestor_matrix(tree.parent)  # [T, T]
         allowed = torch.zeros(len(frontier), start + len(frontier), dtype=torch.bool)  # [F, S]
         allowed[:, :len(self.context)] = True
         for row, node in enumerate(frontier):
-            for ancestor in ancestors[node].nonzero().flatten().tolist():
-                if ancestor != node and ancestor in self.position_of:
-                    allowed[row, self.position_of[ancestor]] = True
+            for ancestor in path_to(tree.parent, node)[:-1]:  # every ancestor already ran, the root first
+                allowed[row, self.position_of[ancestor]] = True
             allowed[row, start + row] = True
         positions = torch.tensor([len(self.context) - 1 + tree.depth[n] for n in frontier])  # [F]
         out = self.lm.forward_tree([tree.token[n] for n in frontier], positions, allowed)
