@@ -53,6 +53,7 @@ class TrainHeadOptions:
     max_new_tokens: int = 144
     temperature: float = 0.8
     greedy_share: float = 0.6
+    answers_per_prompt: int = 1  # the first greedy or sampled by greedy_share, the rest sampled
     descending: bool = False
     draft_vocab: int = 16384
     intermediate_size: int = 0  # 0: the target's
@@ -60,6 +61,7 @@ class TrainHeadOptions:
     eval_depth: int = 5
     readout_scale: float = 0.5
     seed: int = 0
+    export_ids: Path | None = None  # also write every answer's token ids here, before training
     command: str = ""
 
 
@@ -77,13 +79,15 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
         max_new_tokens=options.max_new_tokens, temperature=options.temperature,
         greedy_share=options.greedy_share, seed=options.seed, max_tokens=options.max_tokens,
         deadline=time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0,
-        descending=options.descending)
+        descending=options.descending, answers_per_prompt=options.answers_per_prompt)
     run_generation(model, tokenizer, gen_plan, layers, options.work / "train", eos_ids, pad_id, log)
     held_plan = GenerationPlan(prompts=held_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
                                max_new_tokens=options.max_new_tokens, greedy_share=1.0, seed=options.seed + 1)
     run_generation(model, tokenizer, held_plan, layers, options.work / "heldout", eos_ids, pad_id, log)
     samples, held = load_chunks(options.work / "train"), load_chunks(options.work / "heldout")
     assert samples and held, "no self-distillation data: raise --max-tokens or --gen-minutes"
+    if options.export_ids:
+        export_ids(samples, held, options.export_ids)
     vocab_size = model.config.vocab_size
     draft_vocab = choose_draft_vocab(samples, options.draft_vocab, vocab_size, set(eos_ids))
     held_coverage = coverage(held, draft_vocab, vocab_size)
@@ -94,7 +98,8 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     mapping = target_to_draft_map(draft_vocab, vocab_size)
     loop = train_loop(head, samples, mapping, options.loop, options.work / "checkpoint.pt", log)
     head.eval()
-    stats = depth_stats(head, eval_batches(held, mapping, options.loop.batch_sequences), options.eval_depth)
+    stats = depth_stats(head, eval_batches(held, mapping, options.loop.batch_sequences, head.fc.weight.device),
+                        options.eval_depth)
     metrics = _metrics(options, samples, held, draft_vocab, held_coverage, loop, stats, started)
     save_head(head, options.out, dtype=torch.float16)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
@@ -215,6 +220,9 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--gen-minutes", type=float, default=0.0, help="generation budget of this invocation")
     p.add_argument("--max-new-tokens", type=int, default=144)
     p.add_argument("--gen-batch", type=int, default=48)
+    p.add_argument("--chunk-size", type=int, default=96, help="answers per resumable chunk")
+    p.add_argument("--answers-per-prompt", type=int, default=1, help="extra answers are sampled")
+    p.add_argument("--greedy-share", type=float, default=0.6, help="share of first answers decoded greedily")
     p.add_argument("--descending", action="store_true", help="generate chunks from the last (a second process)")
     p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (>= target's: full)")
     p.add_argument("--intermediate-size", type=int, default=0, help="head MLP width (0: the target's)")
@@ -224,11 +232,13 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=float, default=0.0)
     p.add_argument("--batch-sequences", type=int, default=16)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--train-lm-head", action="store_true", help="train the readout too (default: frozen)")
     p.add_argument("--eval-depth", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--readout-scale", type=float, default=0.5, help="initial output norm, times the target's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default=None, help="target dtype for generation (default: bf16 where native)")
+    p.add_argument("--device", default="cpu", help="where the target and the head run (cpu, cuda)")
     p.add_argument("--export-ids", type=Path, default=None, help="also write the answers' token ids (.npz)")
     p.add_argument("--from-ids", type=Path, default=None,
                    help="rebuild the data from an exported id file by teacher forcing, instead of generating")
@@ -244,11 +254,11 @@ def train_head_command(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    native_bf16 = cpu_has_native_bf16()
+    native_bf16 = cpu_has_native_bf16() or args.device.startswith("cuda")
     dtype = DTYPES[args.dtype] if args.dtype else (torch.bfloat16 if native_bf16 else torch.float32)
     target = args.target or str(embedded_model_dir())
     tokenizer = AutoTokenizer.from_pretrained(target)
-    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype).to(args.device).eval()
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     if "<|im_end|>" in tokenizer.get_vocab():
         eos.add(tokenizer.convert_tokens_to_ids("<|im_end|>"))
@@ -256,18 +266,18 @@ def train_head_command(args: argparse.Namespace) -> int:
     work = args.work or cache_root() / "train-head" / Path(target).name.lower()
     loop = LoopOptions(ttt_steps=args.ttt_steps, batch_sequences=args.batch_sequences, lr=args.lr,
                        max_steps=args.max_steps, epochs=args.epochs, minutes=args.train_minutes, seed=args.seed,
-                       bf16=native_bf16)
+                       bf16=native_bf16, train_lm_head=args.train_lm_head)
     options = TrainHeadOptions(
         out=args.out, work=work, prompts=args.prompts, held_out=args.held_out, eval_prompts=args.eval_prompts,
         max_tokens=args.max_tokens, gen_minutes=args.gen_minutes, gen_batch=args.gen_batch, descending=args.descending,
+        chunk_size=args.chunk_size, answers_per_prompt=args.answers_per_prompt, greedy_share=args.greedy_share,
         max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size,
         loop=loop, eval_depth=args.eval_depth, readout_scale=args.readout_scale, seed=args.seed,
+        export_ids=args.export_ids,
         command="specscope " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     if args.from_ids:
         layers = default_feature_layers(model.config.num_hidden_layers)
         rebuild_from_ids(model, args.from_ids, work, layers, pad)
         options.max_tokens = 1  # the rebuilt data is the data: generate nothing more
     train_head(model, tokenizer, options, eos, pad)
-    if args.export_ids:
-        export_ids(load_chunks(work / "train"), load_chunks(work / "heldout"), args.export_ids)
     return 0

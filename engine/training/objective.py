@@ -27,6 +27,9 @@ class Batch:
     features: torch.Tensor  # [B, T - 1, F] target features of x_0 .. x_{T-2}
     labels: torch.Tensor  # [B, T] long: draft-vocabulary id of the target's token after x_p, -1 where none
 
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(*(t.to(device, non_blocking=True) for t in (self.ids, self.features, self.labels)))
+
 
 def make_batch(samples: list[Sample], target_to_draft: torch.Tensor) -> Batch:
     """Pads samples into a batch; `target_to_draft` [V] maps target ids to draft ids (-1 outside)."""
@@ -45,7 +48,7 @@ def make_batch(samples: list[Sample], target_to_draft: torch.Tensor) -> Batch:
 
 def _shift(x: torch.Tensor, by: int, n: int, fill: int) -> torch.Tensor:
     """[B, T] -> [B, n]: column i holds x[:, i + by], `fill` past the end."""
-    out = torch.full((x.shape[0], n), fill, dtype=x.dtype)
+    out = torch.full((x.shape[0], n), fill, dtype=x.dtype, device=x.device)
     take = max(0, min(n, x.shape[1] - by))
     out[:, :take] = x[:, by:by + take]
     return out
@@ -65,8 +68,9 @@ def unroll(head: Eagle3Head, batch: Batch, steps: int, decay: float = 0.8, keep_
     b, t = batch.ids.shape
     n = t - 1
     state = head.fuse(batch.features)  # [B, N, H]
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
-    causal_bias = torch.zeros(n, n).masked_fill(~causal, float("-inf"))  # [N, N]
+    device = batch.ids.device
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    causal_bias = torch.zeros(n, n, device=device).masked_fill(~causal, float("-inf"))  # [N, N]
     diagonal_keys: list[tuple[torch.Tensor, torch.Tensor]] = []  # steps 1..k: k, v [B, h, N, d]
     total, weight_sum, step_losses = 0.0, 0.0, []
     result = UnrollResult(loss=torch.zeros(()), step_losses=[])
@@ -74,7 +78,7 @@ def unroll(head: Eagle3Head, batch: Batch, steps: int, decay: float = 0.8, keep_
     for k in range(steps):
         tokens = _shift(batch.ids, 1 + k, n, 0)  # [B, N]
         x = head.layer_input(tokens, state)  # [B, N, 2H]
-        positions = (torch.arange(n) + k)[None].expand(b, n)
+        positions = (torch.arange(n, device=device) + k)[None].expand(b, n)
         cos, sin = head.rope(positions, x)
         q, key, value = attn.project(x, cos, sin)  # q [B, h, N, d], key/value [B, kv, N, d]
         key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
@@ -92,7 +96,7 @@ def unroll(head: Eagle3Head, batch: Batch, steps: int, decay: float = 0.8, keep_
         total = total + loss * decay ** k
         weight_sum += decay ** k
         if keep_logits:
-            full = torch.zeros(b, n, logits.shape[-1], dtype=logits.dtype)
+            full = torch.zeros(b, n, logits.shape[-1], dtype=logits.dtype, device=device)
             full[mask] = logits.detach()
             result.logits.append(full)
             result.labels.append(labels)
@@ -143,7 +147,7 @@ def depth_stats(head: Eagle3Head, batches: list[Batch], steps: int, widths=(4, 1
                 top = logits.topk(w, dim=-1).indices  # [B, N, w]
                 per_step.append(((top == labels[..., None]).any(-1) & (labels >= 0))[start])
             hits[w].append(torch.stack(per_step, dim=-1))  # [P, steps]
-    flat = {w: torch.cat(h) for w, h in hits.items()}
+    flat = {w: torch.cat(h).cpu() for w, h in hits.items()}
     top1 = flat[1].float().mean(0).tolist()
     leading = {w: h.long().cumprod(dim=-1) for w, h in flat.items()}  # [P, steps]: right at every depth so far
     chain = leading[1]

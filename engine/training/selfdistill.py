@@ -100,51 +100,55 @@ def _trim_cache(cache: DynamicCache, rows: torch.Tensor) -> None:
 def generate_batch(model, prompts: list[list[int]], prompt_ids: list[int], greedy: list[bool],
                    layers: tuple[int, ...], max_new_tokens: int, temperature: float,
                    eos_ids: set[int], pad_id: int, generator: torch.Generator) -> list[Sample]:
-    """Answers a batch of prompts, capturing features and greedy labels as it goes."""
-    ids, mask = _left_pad(prompts, pad_id)  # [B, S]
+    """Answers a batch of prompts on the model's device, capturing features and greedy labels as it goes.
+
+    Features of every row land in one [B, S + max_new_tokens, F] buffer, one write per step, and
+    tokens cross to the host once per step: per-row work on the device would be a sync per row."""
+    device = model.device
+    ids, mask = (t.to(device) for t in _left_pad(prompts, pad_id))  # [B, S]
+    width = ids.shape[1]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                 output_hidden_states=True, logits_to_keep=1, **_cache_kwarg(model, cache))
     prefill = _features(out.hidden_states, layers)  # [B, S, F]
-    feats = [[prefill[b, ids.shape[1] - len(p):]] for b, p in enumerate(prompts)]
+    feats = prefill.new_zeros(len(prompts), width + max_new_tokens, prefill.shape[-1])  # [B, S + M, F]
+    feats[:, :width] = prefill
     labels: list[list[int]] = [[] for _ in prompts]
     response: list[list[int]] = [[] for _ in prompts]
-    active = torch.arange(len(prompts))  # [B'] original row of each batch row
-    is_greedy = torch.tensor(greedy)  # [B]
+    active = torch.arange(len(prompts), device=device)  # [B'] original row of each batch row
+    is_greedy = torch.tensor(greedy, device=device)  # [B]
     logits = out.logits[:, -1].float()  # [B', V]
     last_pos = positions[:, -1]  # [B']
-    while True:
+    for step in range(max_new_tokens):
         argmax = logits.argmax(-1)  # [B']
-        probs = torch.softmax(logits / max(temperature, 1e-5), -1)
-        drawn = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        drawn = torch.multinomial(torch.softmax(logits / max(temperature, 1e-5), -1), 1, generator=generator)[:, 0]
         nxt = torch.where(is_greedy[active], argmax, drawn)  # [B']
         still = []
-        for j, row in enumerate(active.tolist()):
-            labels[row].append(int(argmax[j]))
-            response[row].append(int(nxt[j]))
-            if int(nxt[j]) not in eos_ids and len(response[row]) < max_new_tokens:
+        for j, (row, best, token) in enumerate(zip(active.tolist(), argmax.tolist(), nxt.tolist())):
+            labels[row].append(best)
+            response[row].append(token)
+            if token not in eos_ids and len(response[row]) < max_new_tokens:
                 still.append(j)
         if not still:
             break
-        keep = torch.tensor(still)
         if len(still) < len(active):
+            keep = torch.tensor(still, device=device)
             _trim_cache(cache, keep)
-            mask = mask.index_select(0, keep)
-            active, nxt, last_pos = active[keep], nxt[keep], last_pos[keep]
-        mask = torch.cat([mask, torch.ones(len(active), 1, dtype=torch.long)], dim=1)
+            mask, active, nxt, last_pos = mask[keep], active[keep], nxt[keep], last_pos[keep]
+        mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
         last_pos = last_pos + 1
         out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                     use_cache=True, output_hidden_states=True, **_cache_kwarg(model, cache))
-        step = _features(out.hidden_states, layers)  # [B', 1, F]
-        for j, row in enumerate(active.tolist()):
-            feats[row].append(step[j])
+        feats[active, width + step] = _features(out.hidden_states, layers)[:, 0]
         logits = out.logits[:, -1].float()
+    feats = feats.cpu()
     samples = []
     for b, p in enumerate(prompts):
         full = torch.tensor(p + response[b])
-        f = torch.cat(feats[b], dim=0)[: len(full) - 1]  # [T - 1, F]
-        samples.append(Sample(prompt_ids[b], greedy[b], full, len(p), f.clone(), torch.tensor(labels[b])))
+        first = width - len(p)
+        samples.append(Sample(prompt_ids[b], greedy[b], full, len(p), feats[b, first:first + len(full) - 1].clone(),
+                              torch.tensor(labels[b])))
     return samples
 
 
@@ -153,11 +157,11 @@ def extract(model, rows: list[tuple[int, bool, list[int], int]], layers: tuple[i
             pad_id: int) -> list[Sample]:
     """Teacher-forced features and labels for known sequences (prompt_id, greedy, ids, prompt_len)."""
     seqs = [r[2][:-1] for r in rows]  # the last token is never processed
-    ids, mask = _left_pad(seqs, pad_id)  # [B, S]
+    ids, mask = (t.to(model.device) for t in _left_pad(seqs, pad_id))  # [B, S]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
-    feats = _features(out.hidden_states, layers)  # [B, S, F]
-    argmax = out.logits.argmax(-1)  # [B, S]
+    feats = _features(out.hidden_states, layers).cpu()  # [B, S, F]
+    argmax = out.logits.argmax(-1).cpu()  # [B, S]
     samples = []
     for b, (pid, greedy, full, plen) in enumerate(rows):
         n = len(full) - 1
@@ -196,12 +200,22 @@ class GenerationPlan:
     max_tokens: int = 0  # stop after this many response tokens (0: no limit)
     deadline: float = 0.0  # stop starting chunks after this time.time() (0: none)
     descending: bool = False  # walk the chunks from the last: a second process can share the work
+    answers_per_prompt: int = 1  # answers after the first are sampled: more data from the same prompts
+
+    def rows(self) -> list[dict]:
+        """Every prompt once, then again for each extra (sampled) answer; chunk k is rows[k·size:(k+1)·size]."""
+        extra = [dict(r, answer=k) for k in range(1, self.answers_per_prompt) for r in self.prompts]
+        return self.prompts + extra
+
+    def greedy(self, row: dict) -> bool:
+        return not row.get("answer") and _greedy_row(row["id"], self.greedy_share)
 
 
 def run_generation(model, tokenizer, plan: GenerationPlan, layers: tuple[int, ...], work: Path,
                    eos_ids: set[int], pad_id: int, log=print) -> int:
     """Generates chunk after chunk, skipping finished ones; returns the response tokens on disk."""
-    chunks = [plan.prompts[i:i + plan.chunk_size] for i in range(0, len(plan.prompts), plan.chunk_size)]
+    rows = plan.rows()
+    chunks = [rows[i:i + plan.chunk_size] for i in range(0, len(rows), plan.chunk_size)]
     total = _tokens_on_disk(work)
     bar = tqdm(total=plan.max_tokens or None, initial=total, desc="self-distillation tokens", unit="tok")
     order = range(len(chunks) - 1, -1, -1) if plan.descending else range(len(chunks))
@@ -212,17 +226,17 @@ def run_generation(model, tokenizer, plan: GenerationPlan, layers: tuple[int, ..
             continue
         if (plan.max_tokens and total >= plan.max_tokens) or (plan.deadline and time.time() > plan.deadline):
             break
-        generator = torch.Generator().manual_seed(plan.seed * 100_003 + index)
-        rows = sorted(chunk, key=lambda r: len(chat_ids(tokenizer, r["prompt"])))  # less padding per batch
+        generator = torch.Generator(model.device).manual_seed(plan.seed * 100_003 + index)
+        ordered = sorted(chunk, key=lambda r: len(chat_ids(tokenizer, r["prompt"])))  # less padding per batch
         samples: list[Sample] = []
         start = time.time()
-        for b in range(0, len(rows), plan.batch_size):
+        for b in range(0, len(ordered), plan.batch_size):
             if samples and plan.deadline and time.time() > plan.deadline:
                 break  # out of time: the chunk keeps the answers already made
-            batch = rows[b:b + plan.batch_size]
+            batch = ordered[b:b + plan.batch_size]
             samples += generate_batch(
                 model, [chat_ids(tokenizer, r["prompt"]) for r in batch], [r["id"] for r in batch],
-                [_greedy_row(r["id"], plan.greedy_share) for r in batch], layers, plan.max_new_tokens,
+                [plan.greedy(r) for r in batch], layers, plan.max_new_tokens,
                 plan.temperature, eos_ids, pad_id, generator)
         save_chunk(path, samples)
         new = sum(len(s.ids) - s.prompt_len for s in samples)

@@ -75,7 +75,7 @@ def new_head(target_model, draft_vocab: torch.Tensor, intermediate_size: int | N
             head.norm.weight.copy_(final_norm.weight.detach().float() * readout_scale)
         head.midlayer.self_attn.o_proj.weight.zero_()
         head.midlayer.mlp.down_proj.weight.zero_()
-    return head
+    return head.to(embeddings.device)
 
 
 @dataclass
@@ -92,7 +92,7 @@ class LoopOptions:
     checkpoint_every: int = 50
     train_lm_head: bool = False  # False: keep the target's readout rows frozen (EAGLE-1 style), a third cheaper
     seed: int = 0
-    bf16: bool = False  # autocast matmuls to bfloat16 (CPUs with native bf16)
+    bf16: bool = False  # autocast matmuls to bfloat16 (GPUs, CPUs with native bf16)
 
 
 def batches_for_epoch(samples: list[Sample], batch_sequences: int, rng: random.Random) -> list[list[int]]:
@@ -120,6 +120,7 @@ class LoopResult:
 def train_loop(head: Eagle3Head, samples: list[Sample], target_to_draft: torch.Tensor, options: LoopOptions,
                checkpoint: Path | None, log=print) -> LoopResult:
     """AdamW with warmup and cosine decay over whichever budget (steps, epochs, minutes) runs out first."""
+    device = head.fc.weight.device
     head.lm_head.weight.requires_grad_(options.train_lm_head)
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay, betas=(0.9, 0.95))
@@ -140,8 +141,8 @@ def train_loop(head: Eagle3Head, samples: list[Sample], target_to_draft: torch.T
             if progress >= 1:
                 break
             _set_lr(optimizer, options, state["step"], progress)
-            batch = make_batch([samples[i] for i in indices], target_to_draft)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
+            batch = make_batch([samples[i] for i in indices], target_to_draft).to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.bf16):
                 result = unroll(head, batch, options.ttt_steps, options.step_decay)
             optimizer.zero_grad(set_to_none=True)
             result.loss.backward()
@@ -202,7 +203,8 @@ def _save(path: Path, head: Eagle3Head, optimizer, state: dict) -> None:
     partial.rename(path)
 
 
-def eval_batches(samples: list[Sample], target_to_draft: torch.Tensor, batch_sequences: int) -> list[Batch]:
+def eval_batches(samples: list[Sample], target_to_draft: torch.Tensor, batch_sequences: int,
+                 device: torch.device | str = "cpu") -> list[Batch]:
     ordered = sorted(samples, key=lambda s: len(s.ids))
-    return [make_batch(ordered[i:i + batch_sequences], target_to_draft)
+    return [make_batch(ordered[i:i + batch_sequences], target_to_draft).to(device)
             for i in range(0, len(ordered), batch_sequences)]
