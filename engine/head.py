@@ -20,10 +20,10 @@ yuhuili/EAGLE3-LLaMA3.1-Instruct-8B load unchanged.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import (LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding,
@@ -125,11 +125,7 @@ class HeadAttention(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """q [B, h, N, d] over k, v [B, kv, S, d] with additive bias [B or 1, 1, N, S] -> [B, N, H]."""
-        groups = self.heads // self.kv_heads
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + bias  # [B, h, N, S]
-        out = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v  # [B, h, N, d]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), enable_gqa=True)  # [B, h, N, d]
         b, _, n, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
 
@@ -169,6 +165,7 @@ class Eagle3Head(nn.Module):
         assert embed_tokens.shape == (self.vocab_size, hidden), (
             f"target embeddings {tuple(embed_tokens.shape)} do not fit a head of vocab {self.vocab_size}, hidden {hidden}")
         self._embed = embed_tokens  # a plain attribute: not a parameter, not in the state dict
+        self._draft_index: torch.Tensor | None = None  # [V] target id -> draft id, -1 outside
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
@@ -209,12 +206,26 @@ class Eagle3Head(nn.Module):
 
     def target_logits(self, state: torch.Tensor) -> torch.Tensor:
         """[N, H] -> [N, V] float32 logits over the target vocabulary, -inf outside the draft vocabulary."""
-        draft = self.draft_logits(state).float()  # [N, Vd]
+        return self.expand_logits(self.draft_logits(state).float())
+
+    def expand_logits(self, draft: torch.Tensor) -> torch.Tensor:
+        """[N, Vd] draft-vocabulary logits -> [N, V] float32, -inf outside the draft vocabulary."""
         if self.d2t is None:
-            return draft
+            return draft.float()
         full = torch.full((draft.shape[0], self.vocab_size), float("-inf"), dtype=torch.float32, device=draft.device)
-        full[:, self.to_target(torch.arange(self.draft_vocab_size, device=draft.device))] = draft
+        full[:, self.to_target(torch.arange(self.draft_vocab_size, device=draft.device))] = draft.float()
         return full
+
+    def draft_index(self, token: int) -> int:
+        """The draft-vocabulary id of a target token, -1 outside the draft vocabulary."""
+        if self.d2t is None:
+            return token
+        if self._draft_index is None:  # built on first use: the buffers are final by then
+            index = torch.full((self.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)
+            index[self.to_target(torch.arange(self.draft_vocab_size, device=self.d2t.device))] = torch.arange(
+                self.draft_vocab_size, device=self.d2t.device)
+            self._draft_index = index
+        return int(self._draft_index[token])
 
     def step(self, tokens: torch.Tensor, state: torch.Tensor, positions: torch.Tensor,
              past: tuple[torch.Tensor, torch.Tensor] | None, bias: torch.Tensor):
@@ -240,6 +251,7 @@ def set_vocab_map(head: Eagle3Head, draft_to_target: torch.Tensor) -> None:
     head.d2t.copy_(draft_to_target - torch.arange(head.draft_vocab_size))
     head.t2d.zero_()
     head.t2d[draft_to_target] = True
+    head._draft_index = None
 
 
 def load_head(path: str | Path, embed_tokens: torch.Tensor, dtype: torch.dtype = torch.float32) -> Eagle3Head:
@@ -277,7 +289,7 @@ def save_head(head: Eagle3Head, path: str | Path, dtype: torch.dtype = torch.flo
     from safetensors.torch import save_file
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    state = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous()
+    state = {k: (v.to("cpu", dtype) if v.is_floating_point() else v.cpu()).contiguous()
              for k, v in head.state_dict().items() if not k.startswith("rotary")}
     save_file(state, str(path / "model.safetensors"))
     config = dict(head.config, torch_dtype=str(dtype).removeprefix("torch."))

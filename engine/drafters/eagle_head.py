@@ -62,7 +62,8 @@ class EagleHeadDrafter(Drafter):
     def _clear_tree(self) -> None:
         self.node_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # node -> k, v [1, kv, 1, d]
         self.node_state: dict[int, torch.Tensor] = {}  # node -> output state [H]
-        self.node_logits: dict[int, torch.Tensor] = {}  # node -> [V] target-vocabulary logits
+        self.node_logits: dict[int, torch.Tensor] = {}  # node -> [Vd] draft-vocabulary logits
+        self.node_probs: dict[int, torch.Tensor] = {}  # node -> [Vd] float64 q, once a greedy proposal needed it
 
     @property
     def cache_len(self) -> int:
@@ -84,11 +85,24 @@ class EagleHeadDrafter(Drafter):
     @torch.inference_mode()
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
-        logits = self.frontier_logits(tree, frontier)  # [N, V]
-        return [self._children(node, row, k, sample, sampling, generator) for node, row in zip(frontier, logits)]
+        draft = self.frontier_draft_logits(tree, frontier)  # [N, Vd]
+        if k <= 0:
+            return [Proposal(node=node, token=[], q=[], source=self.name) for node in frontier]
+        if sample and not sampling.greedy:
+            logits = self.head.expand_logits(draft)  # [N, V]
+            return [self._sampled_children(node, row, k, sampling, generator) for node, row in zip(frontier, logits)]
+        probs = torch.softmax(draft.double(), dim=-1)  # [N, Vd]
+        self.node_probs.update(zip(frontier, probs))
+        top = torch.topk(probs, min(k, self.head.draft_vocab_size), dim=-1)  # [N, k]: one call for the frontier
+        tokens, q = self.head.to_target(top.indices).tolist(), top.values.tolist()
+        return [Proposal(node=node, token=tokens[i], q=q[i], source=self.name) for i, node in enumerate(frontier)]
 
     def frontier_logits(self, tree: DraftTree, frontier: list[int]) -> torch.Tensor:
-        """[N, V] target-vocabulary logits of the head at each frontier node (computed once per node)."""
+        """[N, V] target-vocabulary logits of the head at each frontier node, -inf outside the draft vocabulary."""
+        return self.head.expand_logits(self.frontier_draft_logits(tree, frontier))
+
+    def frontier_draft_logits(self, tree: DraftTree, frontier: list[int]) -> torch.Tensor:
+        """[N, Vd] draft-vocabulary logits of the head at each frontier node (computed once per node)."""
         missing = [n for n in frontier if n not in self.node_logits]
         if 0 in missing:
             self._run_root(tree)
@@ -97,11 +111,16 @@ class EagleHeadDrafter(Drafter):
             self._run_nodes(tree, missing)
         return torch.stack([self.node_logits[n] for n in frontier])
 
+    def prob(self, node: int, token: int) -> float:
+        """q(token | node) after a greedy proposal at `node`; 0 outside the draft vocabulary."""
+        index = self.head.draft_index(token)
+        return 0.0 if index < 0 else float(self.node_probs[node][index])
+
     def _timed_step(self, tokens, state, positions, past, bias, read_out: slice):
         """One head forward and the readout of the positions in `read_out`: the draft forward that δ and c count."""
         start = time.perf_counter()
         out, kv = self.head.step(tokens, state, positions, past, bias)
-        logits = self.head.target_logits(out[0, read_out]).cpu()  # [R, V]
+        logits = self.head.draft_logits(out[0, read_out]).float()  # [R, Vd]
         self.forwards += 1
         self.forward_ms += (time.perf_counter() - start) * 1000
         return out, kv, logits
@@ -151,20 +170,14 @@ class EagleHeadDrafter(Drafter):
     def _past(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         return (self.cache_k, self.cache_v) if self.cache_len else None
 
-    def _children(self, node: int, logits: torch.Tensor, k: int, sample: bool, sampling: SamplingParams,
-                  generator: torch.Generator) -> Proposal:
-        """Top-k children (or k draws without replacement when sampling) of one node."""
-        if k <= 0:
-            return Proposal(node=node, token=[], q=[], source=self.name)
-        if sample and not sampling.greedy:
-            q_dist = probs_from_logits(logits[None], sampling)[0]  # [V] float64
-            k = min(k, int((q_dist > 0).sum()))
-            tokens = torch.multinomial(q_dist.float(), k, replacement=False, generator=generator)
-            return Proposal(node=node, token=tokens.tolist(), q=q_dist[tokens].tolist(), source=self.name,
-                            sampled=True, q_dist=q_dist)
-        probs = torch.softmax(logits.double(), dim=-1)  # [V]
-        top = torch.topk(probs, min(k, self.head.draft_vocab_size))
-        return Proposal(node=node, token=top.indices.tolist(), q=top.values.tolist(), source=self.name)
+    def _sampled_children(self, node: int, logits: torch.Tensor, k: int, sampling: SamplingParams,
+                          generator: torch.Generator) -> Proposal:
+        """k draws without replacement from q, verified against q_dist [V]."""
+        q_dist = probs_from_logits(logits[None], sampling)[0]  # [V] float64
+        k = min(k, int((q_dist > 0).sum()))
+        tokens = torch.multinomial(q_dist.float(), k, replacement=False, generator=generator)
+        return Proposal(node=node, token=tokens.tolist(), q=q_dist[tokens].tolist(), source=self.name,
+                        sampled=True, q_dist=q_dist)
 
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
                features: torch.Tensor | None = None) -> None:

@@ -72,19 +72,18 @@ class HybridDrafter(Drafter):
         head_proposals = {p.node: p for p in self.head.propose(tree, frontier, k, sample, sampling, generator)}
         lookup_proposals = {p.node: p for p in self.lookup.propose(tree, frontier, self.lookup_children, False,
                                                                     sampling, generator)}
-        head_probs = torch.softmax(self.head.frontier_logits(tree, frontier).double(), dim=-1)  # [N, V]
         merged = []
-        for i, node in enumerate(frontier):
-            merged += self._merge(head_proposals[node], lookup_proposals.get(node), head_probs[i])
+        for node in frontier:
+            merged += self._merge(head_proposals[node], lookup_proposals.get(node))
         return merged
 
-    def _merge(self, head: Proposal, lookup: Proposal | None, head_probs: torch.Tensor) -> list[Proposal]:
+    def _merge(self, head: Proposal, lookup: Proposal | None) -> list[Proposal]:
         """The head's children plus the n-gram ones, deduplicated: one proposal per source."""
         if lookup is None or head.sampled:
             return [head]  # sampled children are verified against q_dist; extra point masses would not be
         children = {t: [q, self.head.name] for t, q in zip(head.token, head.q)}  # token -> [q, source]
         for token, share in zip(lookup.token, lookup.q):
-            q = max(float(head_probs[token]), self.lookup_trust * share)
+            q = max(self.head.prob(head.node, token), self.lookup_trust * share)
             if token in children:
                 children[token] = [max(children[token][0], q), f"{self.head.name}+{LOOKUP}"]
             else:
