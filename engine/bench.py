@@ -10,6 +10,7 @@ can be told apart from a bug.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,13 +93,14 @@ def held_out_prompts(limit: int | None = None) -> list[tuple[Any, str]]:
             record = json.loads(line)
             if is_held_out(record["id"], HELD_OUT_SHARE):
                 by_kind.setdefault(record["kind"], []).append((record["id"], record["prompt"]))
-    interleaved = [row for group in zip(*by_kind.values()) for row in group]
+    interleaved = _round_robin(list(by_kind.values()))
     return interleaved[:limit] if limit else interleaved
 
 
 def read_prompts(path: str | Path, limit: int | None = None) -> list[tuple[Any, str]]:
-    """(question_id, first turn) pairs from a Spec-Bench-format JSON-lines file."""
-    prompts = []
+    """(question_id, first turn) pairs from a Spec-Bench-format JSON-lines file, one category in turn,
+    so that the first N cover every category rather than the file's first."""
+    by_category: dict[str, list[tuple[Any, str]]] = {}
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -107,8 +109,15 @@ def read_prompts(path: str | Path, limit: int | None = None) -> list[tuple[Any, 
             turns = record.get("turns")
             if not turns or not isinstance(turns[0], str):
                 raise ValueError(f"{path}:{number}: expected a 'turns' list of strings")
-            prompts.append((record.get("question_id", number), turns[0]))
+            by_category.setdefault(str(record.get("category", "")), []).append(
+                (record.get("question_id", number), turns[0]))
+    prompts = _round_robin(list(by_category.values()))
     return prompts[:limit] if limit else prompts
+
+
+def _round_robin(groups: list[list[Any]]) -> list[Any]:
+    """[[a1, a2], [b1]] -> [a1, b1, a2]."""
+    return [row for layer in itertools.zip_longest(*groups) for row in layer if row is not None]
 
 
 def run_bench(engine: SpecEngine, prompts: list[tuple[Any, str]], specs: list[PolicySpec], max_new_tokens: int,
