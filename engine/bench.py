@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from engine.engine import SpecEngine
 from engine.events import RunFinished
+from engine.hf_baseline import is_hf_baseline, run_hf_baseline
 from engine.policies import POLICIES, make_policy
 from engine.request import GenerationRequest, RequestError
 
@@ -42,6 +43,10 @@ class PolicySpec:
             if not sep:
                 raise RequestError(f"{text!r}: expected key=value after ':', got {pair!r}", field="policies")
             params[key.strip()] = value.strip()
+        if is_hf_baseline(name):
+            if params:
+                raise RequestError(f"{text!r}: Hugging Face baselines take no parameters", field="policies")
+            return cls(label=text.strip(), policy=name, params=params)
         make_policy(name, params)  # fails early, naming the policy or parameter
         return cls(label=text.strip(), policy=name, params=params)
 
@@ -60,6 +65,16 @@ class Tally:
     other_ms: float = 0.0
     c_values: list[float] = field(default_factory=list)
     outputs: dict[Any, list[int]] = field(default_factory=dict)
+
+    @property
+    def external(self) -> bool:
+        """A Hugging Face baseline: tokens and time only, no steps to count."""
+        return is_hf_baseline(self.spec.policy)
+
+    def add_external(self, question_id: Any, tokens: list[int], wall_s: float) -> None:
+        self.new_tokens += len(tokens)
+        self.wall_s += wall_s
+        self.outputs[question_id] = tokens
 
     def add(self, question_id: Any, result: RunFinished) -> None:
         self.new_tokens += result.new_tokens
@@ -126,11 +141,17 @@ def run_bench(engine: SpecEngine, prompts: list[tuple[Any, str]], specs: list[Po
     """Runs every spec on every prompt (`ar` added first if missing) and summarises against `ar`."""
     if not any(spec.policy == "ar" for spec in specs):
         specs = [PolicySpec("ar", "ar", {})] + specs
+    if temperature > 0 and any(is_hf_baseline(spec.policy) for spec in specs):
+        raise RequestError("the Hugging Face baselines decode greedily: use temperature 0", field="policies")
     tallies = [Tally(spec) for spec in specs]
     _warm_up(engine, specs, drafter)
     bar = tqdm(total=len(prompts) * len(specs), desc="bench", unit="run", disable=not progress)
     for question_id, prompt in prompts:
         for tally in tallies:
+            if tally.external:
+                tally.add_external(question_id, *run_hf_baseline(engine, tally.spec.policy, prompt, max_new_tokens))
+                bar.update()
+                continue
             request = GenerationRequest(prompt=prompt, policy=tally.spec.policy, params=tally.spec.params,
                                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                                         drafter=drafter)
@@ -150,6 +171,9 @@ def run_bench(engine: SpecEngine, prompts: list[tuple[Any, str]], specs: list[Po
 def _warm_up(engine: SpecEngine, specs: list[PolicySpec], drafter: str | None) -> None:
     """One short run per policy so first-call costs (allocation, kernel selection) are not timed."""
     for spec in specs:
+        if is_hf_baseline(spec.policy):
+            run_hf_baseline(engine, spec.policy, "Hello", 8)
+            continue
         engine.run(GenerationRequest(prompt="Hello", policy=spec.policy, params=spec.params, max_new_tokens=8,
                                      drafter=drafter), detail=False)
 
@@ -171,6 +195,9 @@ def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: f
         "share_outside_forwards": 1 - (tally.draft_forward_ms + tally.verify_ms) / step_ms if step_ms else 0.0,
         "identical_to_ar": None, "divergences": [],
     }
+    if tally.external:
+        result.update({key: None for key in ("tau", "delta", "steps", "share_draft", "share_verify", "share_other",
+                                             "share_outside_forwards")})
     if temperature == 0:
         result["divergences"] = [
             _divergence(engine, question_id, prompt_text[question_id], baseline.outputs[question_id], tokens)
@@ -200,12 +227,16 @@ def markdown_table(report: dict[str, Any]) -> str:
     for r in report["results"]:
         identical = "—" if r["identical_to_ar"] is None else ("yes" if r["identical_to_ar"] else
                                                               f"no ({len(r['divergences'])})")
-        c = f"{r['c']:.3f}" if r["c"] is not None else "—"
-        shares = f"{r['share_draft']:.0%} / {r['share_verify']:.0%} / {r['share_other']:.0%}"
-        lines.append(f"| {r['policy']} | {r['tau']:.2f} | {r['delta']:.2f} | {c} | {r['tokens_per_s']:.1f} | "
-                     f"{r['speedup_vs_ar']:.2f}× | {r['steps']} | {shares} | {r['share_outside_forwards']:.0%} "
-                     f"| {identical} |")
+        shares = "—" if r["share_draft"] is None else (
+            f"{r['share_draft']:.0%} / {r['share_verify']:.0%} / {r['share_other']:.0%}")
+        lines.append(f"| {r['policy']} | {_cell(r['tau'], '.2f')} | {_cell(r['delta'], '.2f')} | {_cell(r['c'], '.3f')} "
+                     f"| {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f}× | {_cell(r['steps'], 'd')} | {shares} "
+                     f"| {_cell(r['share_outside_forwards'], '.0%')} | {identical} |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
 
 
 def write_report(report: dict[str, Any], out_dir: str | Path) -> Path:

@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Spec-Bench-format JSON lines (question_id, category, turns); default: the shipped "
                             "prompt set's held-out split, never used to train the head")
     bench.add_argument("--policies", default="ar,chain,eagle,talon",
-                       help="comma-separated; parameters after colons, e.g. talon:mu=0.05:budget=40")
+                       help="comma-separated; parameters after colons, e.g. talon:mu=0.05:budget=40; "
+                            "hf-generate and hf-prompt-lookup add Hugging Face's own greedy decoding for scale")
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     bench.add_argument("--temperature", type=float, default=0.0)

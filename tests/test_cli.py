@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.bench import PolicySpec, read_prompts, run_bench
+from engine.bench import PolicySpec, markdown_table, read_prompts, run_bench
 from engine.cli import main
 from engine.events import read_trace
 from engine.request import RequestError
@@ -94,6 +94,27 @@ def test_bench_compares_every_policy_with_ar_on_the_same_prompts(engine64, tmp_p
         assert result["speedup_vs_ar"] > 0
     assert report["results"][0]["tau"] == 1.0 and report["results"][0]["delta"] == 0.0
     assert report["results"][3]["params"]["mu"] == 0.2
+
+
+def test_bench_runs_hugging_face_baselines_beside_the_policies(engine64, tmp_path):
+    write_prompts(tmp_path / "q.jsonl", ["hello world", "abcabcabc"])
+    specs = [PolicySpec.parse(text) for text in ("hf-generate", "hf-prompt-lookup", "talon")]
+    report = run_bench(engine64, read_prompts(tmp_path / "q.jsonl"), specs, max_new_tokens=16, progress=False)
+    by_label = {r["policy"]: r for r in report["results"]}
+    for name in ("hf-generate", "hf-prompt-lookup"):
+        assert by_label[name]["identical_to_ar"] is True and by_label[name]["new_tokens"] == 32
+        assert by_label[name]["tau"] is None and by_label[name]["tokens_per_s"] > 0
+    assert "| hf-generate | — | — | — |" in markdown_table(report)
+    with pytest.raises(RequestError, match="no parameters"):
+        PolicySpec.parse("hf-generate:x=1")
+
+
+def test_bench_prompts_take_one_category_in_turn(tmp_path):
+    rows = [("a", "x1"), ("a", "x2"), ("a", "x3"), ("b", "y1"), ("c", "z1"), ("c", "z2")]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [t]}) + "\n"
+                                              for i, (c, t) in enumerate(rows)))
+    assert [p for _, p in read_prompts(tmp_path / "q.jsonl")] == ["x1", "y1", "z1", "x2", "z2", "x3"]
+    assert [p for _, p in read_prompts(tmp_path / "q.jsonl", limit=3)] == ["x1", "y1", "z1"]
 
 
 def test_bench_cli_writes_markdown_and_json(tiny_target, capsys, tmp_path):

@@ -94,6 +94,7 @@ def test_published_layout_loads_unchanged(tmp_path, filename):
     assert head.to_target(torch.tensor([0, 1, 39])).tolist() == [0, 2, 78]
     logits = head.target_logits(torch.randn(2, HIDDEN))  # [2, V]
     assert torch.isinf(logits[:, 1]).all() and torch.isfinite(logits[:, 2]).all()
+    assert [head.draft_index(t) for t in (0, 1, 2, 78)] == [0, -1, 1, 39]
 
 
 def test_full_vocabulary_head_has_no_index_buffers(tmp_path):

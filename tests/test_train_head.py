@@ -13,7 +13,7 @@ from engine.sampling import SamplingParams
 from engine.testing import TINY_EOS, tiny_llama
 from engine.train_head import TrainHeadOptions, export_ids, model_card, rebuild_from_ids, train_head
 from engine.training.objective import make_batch, unroll
-from engine.training.selfdistill import Sample, extract, is_held_out, load_chunks
+from engine.training.selfdistill import GenerationPlan, Sample, extract, is_held_out, load_chunks
 from engine.training.trainer import LoopOptions, new_head, target_to_draft_map
 
 LAYERS = 6
@@ -124,6 +124,13 @@ def test_unroll_equals_the_drafter_on_a_greedy_chain():
         assert torch.allclose(logits, result.logits[k][0, root - 1], atol=1e-4), k
         node = tree.add(node, int(ids[root + 1 + k]), 0.5, 0.5)
     drafter.propose(tree, [node], 1, False, SamplingParams(), torch.Generator())
+
+
+def test_extra_answers_per_prompt_are_sampled_and_follow_the_first_pass():
+    plan = GenerationPlan(prompts=[{"id": i, "prompt": "p"} for i in range(5)], answers_per_prompt=3, greedy_share=1.0)
+    rows = plan.rows()
+    assert [r["id"] for r in rows] == list(range(5)) * 3
+    assert [plan.greedy(r) for r in rows] == [True] * 5 + [False] * 10
 
 
 def test_model_card_lists_acceptance_by_depth():

@@ -68,7 +68,7 @@ from engine.tree import DraftTree
 
 class CastParams(PolicyParams):
     c1: float = Field(1.0, ge=0, description="width: least marginal tokens per target-forward time (t₁) of drafting (C1)")
-    c2: float = Field(1.0, ge=0, description="depth: least predicted tokens per t₁ of drafting another layer (C2)")
+    c2: float = Field(4.0, ge=0, description="depth: least predicted tokens per t₁ of drafting another layer (C2)")
     c3: float = Field(2.0, ge=0, description="rerank: least marginal tokens per t₁ of verifying more nodes (C3)")
     top_k: int = Field(10, ge=1, le=64, description="children drafted per frontier node (K)")
     max_width: int = Field(32, ge=1, le=256, description="most frontier nodes per layer")

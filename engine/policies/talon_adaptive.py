@@ -36,12 +36,12 @@ PRIOR_TOKENS_PER_DOUBLING = 0.3
 
 
 class TalonAdaptiveParams(TalonParams):
-    window: int = Field(6, ge=2, le=128, description="steps measured before each adjustment")
+    window: int = Field(3, ge=2, le=128, description="steps measured before each adjustment")
     budget_min: int = Field(8, ge=1, le=512, description="lowest node budget N")
     budget_max: int = Field(256, ge=1, le=512, description="highest node budget N")
     mu_min: float = Field(0.002, gt=0, le=1, description="lowest gate μ")
     mu_max: float = Field(0.5, gt=0, le=1, description="highest gate μ")
-    budget_factor: float = Field(1.5, gt=1, le=4, description="N is multiplied or divided by this")
+    budget_factor: float = Field(2.0, gt=1, le=4, description="N is multiplied or divided by this")
     mu_factor: float = Field(2.0, gt=1, le=10, description="μ is multiplied or divided by this")
     tolerance: float = Field(0.03, ge=0, le=0.5, description="a move is undone if throughput falls by more")
 
