@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.head import default_feature_layers, save_head
+from engine.head import default_feature_layers, load_head, save_head
 from engine.training.objective import depth_stats
 from engine.training.selfdistill import (GenerationPlan, Sample, chunk_path, extract, is_held_out, load_chunks,
-                                         read_prompts, run_generation, save_chunk)
+                                         read_prompts, run_generation, save_chunk, write_prompts)
 from engine.training.trainer import (LoopOptions, choose_draft_vocab, coverage, eval_batches, new_head,
                                      target_to_draft_map, train_loop)
 
@@ -62,6 +62,8 @@ class TrainHeadOptions:
     readout_scale: float = 0.5
     seed: int = 0
     export_ids: Path | None = None  # also write every answer's token ids here, before training
+    magpie: int = 0  # prompts the target writes itself, answered and trained on beside the prompt set's
+    init: Path | None = None  # continue training this head (its draft vocabulary kept) instead of a new one
     command: str = ""
 
 
@@ -84,17 +86,25 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     held_plan = GenerationPlan(prompts=held_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
                                max_new_tokens=options.max_new_tokens, greedy_share=1.0, seed=options.seed + 1)
     run_generation(model, tokenizer, held_plan, layers, options.work / "heldout", eos_ids, pad_id, log)
-    samples, held = load_chunks(options.work / "train"), load_chunks(options.work / "heldout")
+    if options.magpie:
+        _answer_self_written(model, tokenizer, options, layers, eos_ids, pad_id, log)
+    samples = load_chunks(options.work / "train") + load_chunks(options.work / "magpie")
+    held = load_chunks(options.work / "heldout")
     assert samples and held, "no self-distillation data: raise --max-tokens or --gen-minutes"
     if options.export_ids:
         export_ids(samples, held, options.export_ids)
     vocab_size = model.config.vocab_size
-    draft_vocab = choose_draft_vocab(samples, options.draft_vocab, vocab_size, set(eos_ids))
+    if options.init:
+        head = load_head(options.init, model.get_input_embeddings().weight.detach().float()).to(model.device)
+        draft_vocab = head.to_target(torch.arange(head.draft_vocab_size, device=model.device)).cpu()
+    else:
+        draft_vocab = choose_draft_vocab(samples, options.draft_vocab, vocab_size, set(eos_ids))
     held_coverage = coverage(held, draft_vocab, vocab_size)
     log(f"data: {len(samples)} answers, {_response_tokens(samples)} response tokens; held-out: {len(held)} answers; "
         f"draft vocabulary {len(draft_vocab)} covers {held_coverage:.2%} of held-out target tokens")
-    head = new_head(model, draft_vocab, options.intermediate_size or None, layers, options.seed,
-                    options.readout_scale)
+    if not options.init:
+        head = new_head(model, draft_vocab, options.intermediate_size or None, layers, options.seed,
+                        options.readout_scale)
     mapping = target_to_draft_map(draft_vocab, vocab_size)
     loop = train_loop(head, samples, mapping, options.loop, options.work / "checkpoint.pt", log)
     head.eval()
@@ -107,6 +117,17 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     log(f"wrote {options.out}: held-out top-1 by depth {[round(x, 3) for x in stats.top1]}, "
         f"τ chain {stats.tau_chain:.2f}, trees {({w: round(t, 2) for w, t in stats.tau_tree.items()})}")
     return metrics
+
+
+def _answer_self_written(model, tokenizer, options: TrainHeadOptions, layers: tuple[int, ...], eos_ids: set[int],
+                         pad_id: int, log) -> None:
+    """The target writes `options.magpie` prompts of its own and answers them greedily into work/magpie."""
+    rows = write_prompts(model, tokenizer, options.magpie, options.work / "magpie" / "prompts.jsonl", eos_ids,
+                         pad_id, seed=options.seed, log=log)
+    plan = GenerationPlan(prompts=rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
+                          max_new_tokens=options.max_new_tokens, greedy_share=1.0, seed=options.seed + 2,
+                          deadline=time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0)
+    run_generation(model, tokenizer, plan, layers, options.work / "magpie", eos_ids, pad_id, log)
 
 
 def _response_tokens(samples: list[Sample]) -> int:
@@ -186,7 +207,7 @@ def export_ids(train: list[Sample], held: list[Sample], path: Path) -> None:
 
 
 def rebuild_from_ids(model, path: Path, work: Path, layers: tuple[int, ...], pad_id: int, batch: int = 16,
-                     chunk_size: int = 96, log=print) -> None:
+                     chunk_size: int = 96, log=print, train_limit: int = 0) -> None:
     """Recreates the chunks of an exported id file with teacher-forced passes instead of generation.
 
     Labels are the target's greedy tokens at every position, as generation records them."""
@@ -196,6 +217,7 @@ def rebuild_from_ids(model, path: Path, work: Path, layers: tuple[int, ...], pad
              int(data["prompt_len"][i])) for i, (n, end) in enumerate(zip(data["lengths"], ends))]
     for split, held in (("train", False), ("heldout", True)):
         part = [r for r, h in zip(rows, data["heldout"]) if bool(h) == held]
+        part = part[:train_limit] if train_limit and not held else part
         for index in range(0, len(part), chunk_size):
             target = chunk_path(work / split, index // chunk_size)
             if target.exists():
@@ -240,6 +262,10 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="target dtype for generation (default: bf16 where native)")
     p.add_argument("--device", default="cpu", help="where the target and the head run (cpu, cuda)")
     p.add_argument("--export-ids", type=Path, default=None, help="also write the answers' token ids (.npz)")
+    p.add_argument("--from-ids-limit", type=int, default=0, help="rebuild only this many training answers (0: all)")
+    p.add_argument("--magpie", type=int, default=0,
+                   help="also train on this many prompts the target writes itself (Magpie), answered greedily")
+    p.add_argument("--init", type=Path, default=None, help="continue training this head folder")
     p.add_argument("--from-ids", type=Path, default=None,
                    help="rebuild the data from an exported id file by teacher forcing, instead of generating")
     p.set_defaults(func=train_head_command)
@@ -273,11 +299,11 @@ def train_head_command(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size, answers_per_prompt=args.answers_per_prompt, greedy_share=args.greedy_share,
         max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size,
         loop=loop, eval_depth=args.eval_depth, readout_scale=args.readout_scale, seed=args.seed,
-        export_ids=args.export_ids,
+        export_ids=args.export_ids, magpie=args.magpie, init=args.init,
         command="specscope " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     if args.from_ids:
         layers = default_feature_layers(model.config.num_hidden_layers)
-        rebuild_from_ids(model, args.from_ids, work, layers, pad)
+        rebuild_from_ids(model, args.from_ids, work, layers, pad, train_limit=args.from_ids_limit)
         options.max_tokens = 1  # the rebuilt data is the data: generate nothing more
     train_head(model, tokenizer, options, eos, pad)
     return 0

@@ -13,7 +13,9 @@ from engine.sampling import SamplingParams
 from engine.testing import TINY_EOS, tiny_llama
 from engine.train_head import TrainHeadOptions, export_ids, model_card, rebuild_from_ids, train_head
 from engine.training.objective import make_batch, unroll
-from engine.training.selfdistill import GenerationPlan, Sample, extract, is_held_out, load_chunks
+from engine.training.selfdistill import (MAGPIE_FIRST_ID, GenerationPlan, Sample, extract, is_held_out,
+                                         load_chunks)
+from engine.training.selfdistill import write_prompts as self_written_prompts
 from engine.training.trainer import LoopOptions, new_head, target_to_draft_map
 
 LAYERS = 6
@@ -131,6 +133,22 @@ def test_extra_answers_per_prompt_are_sampled_and_follow_the_first_pass():
     rows = plan.rows()
     assert [r["id"] for r in rows] == list(range(5)) * 3
     assert [plan.greedy(r) for r in rows] == [True] * 5 + [False] * 10
+
+
+def test_self_written_prompts_are_whole_new_questions_and_are_reused(tmp_path):
+    from test_engine_behaviour import word_tokenizer
+
+    words = ["<unk>", "<eos>", "<user>", "<bot>"] + [f"w{i}" for i in range(256)]  # the tiny vocabulary: 260
+    tokenizer = word_tokenizer(words)
+    tokenizer.chat_template = ("{% for m in messages %}<user> {{ m['content'] }} <eos>{% endfor %}"
+                               "{% if add_generation_prompt %}<bot>{% endif %}")
+    target = tiny_llama(0, layers=LAYERS)
+    path = tmp_path / "prompts.jsonl"
+    rows = self_written_prompts(target, tokenizer, 5, path, {1}, 1, batch_size=16, max_new_tokens=40, log=lambda *a: None)
+    assert rows and len(rows) <= 5
+    assert [r["id"] for r in rows] == list(range(MAGPIE_FIRST_ID, MAGPIE_FIRST_ID + len(rows)))
+    assert len({r["prompt"] for r in rows}) == len(rows) and all("<eos>" not in r["prompt"] for r in rows)
+    assert self_written_prompts(target, tokenizer, 5, path, {1}, 1, log=lambda *a: None) == rows
 
 
 def test_model_card_lists_acceptance_by_depth():

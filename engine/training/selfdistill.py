@@ -248,6 +248,51 @@ def run_generation(model, tokenizer, plan: GenerationPlan, layers: tuple[int, ..
     return total
 
 
+MAGPIE_FIRST_ID = 1_000_000  # ids of self-written prompts: apart from the prompt set's
+
+
+def write_prompts(model, tokenizer, count: int, path: Path, eos_ids: set[int], pad_id: int, batch_size: int = 64,
+                  max_new_tokens: int = 64, seed: int = 0, log=print) -> list[dict]:
+    """Prompts the target writes itself (Magpie, Xu et al. 2024): sampled continuations of its chat
+    template's opening of a user turn, kept when finished (EOS) and new. Saved to `path` as JSON lines
+    and reused from there, so a resumed run answers the same prompts. A model that rarely finishes
+    a question within `max_new_tokens` yields fewer than `count` after a bounded number of batches."""
+    if path.exists():
+        return read_prompts(path)
+    opening = _user_turn_opening(tokenizer)
+    generator = torch.Generator(model.device).manual_seed(seed)
+    seen: set[str] = set()
+    rows: list[dict] = []
+    bar = tqdm(total=count, desc="self-written prompts", unit="prompt")
+    for _ in range(4 * -(-count // batch_size) + 4):
+        if len(rows) >= count:
+            break
+        batch = generate_batch(model, [opening] * batch_size, [0] * batch_size, [False] * batch_size, (0,),
+                               max_new_tokens, 1.0, eos_ids, pad_id, generator)
+        for sample in batch:
+            response = sample.ids[sample.prompt_len:].tolist()
+            if not response or response[-1] not in eos_ids:
+                continue  # cut off by the length limit: not a whole question
+            text = tokenizer.decode(response, skip_special_tokens=True).strip()
+            if len(text) >= 12 and text not in seen and len(rows) < count:
+                seen.add(text)
+                rows.append({"id": MAGPIE_FIRST_ID + len(rows), "kind": "self-written", "prompt": text})
+                bar.update(1)
+    bar.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log(f"the target wrote {len(rows)} prompts into {path}")
+    return rows
+
+
+def _user_turn_opening(tokenizer) -> list[int]:
+    """The ids of a chat up to where a user's message begins (the template's system prompt included)."""
+    marker = "\x00MARK\x00"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False,
+                                         add_generation_prompt=False)
+    return tokenizer(text[:text.index(marker)], add_special_tokens=False)["input_ids"]
+
+
 def _greedy_row(prompt_id: int, share: float) -> bool:
     return (prompt_id * 40503) % 1000 < share * 1000
 
