@@ -221,10 +221,8 @@ class Eagle3Head(nn.Module):
         if self.d2t is None:
             return token
         if self._draft_index is None:  # built on first use: the buffers are final by then
-            index = torch.full((self.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)
-            index[self.to_target(torch.arange(self.draft_vocab_size, device=self.d2t.device))] = torch.arange(
-                self.draft_vocab_size, device=self.d2t.device)
-            self._draft_index = index
+            draft_vocab = self.to_target(torch.arange(self.draft_vocab_size, device=self.d2t.device)).cpu()
+            self._draft_index = target_to_draft_map(draft_vocab, self.vocab_size)
         return int(self._draft_index[token])
 
     def step(self, tokens: torch.Tensor, state: torch.Tensor, positions: torch.Tensor,
@@ -243,6 +241,13 @@ class Eagle3Head(nn.Module):
         values = v if past is None else torch.cat([past[1], v], dim=2)
         out = self.finish(state, attn.attend(q, keys, values, bias))
         return out, (k, v)
+
+
+def target_to_draft_map(draft_vocab: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[V] long: the draft id of each target id, -1 outside the draft vocabulary; `draft_vocab` [Vd] target ids."""
+    mapping = torch.full((vocab_size,), -1, dtype=torch.long)
+    mapping[draft_vocab] = torch.arange(len(draft_vocab))
+    return mapping
 
 
 def set_vocab_map(head: Eagle3Head, draft_to_target: torch.Tensor) -> None:

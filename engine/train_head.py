@@ -94,17 +94,10 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     if options.export_ids:
         export_ids(samples, held, options.export_ids)
     vocab_size = model.config.vocab_size
-    if options.init:
-        head = load_head(options.init, model.get_input_embeddings().weight.detach().float()).to(model.device)
-        draft_vocab = head.to_target(torch.arange(head.draft_vocab_size, device=model.device)).cpu()
-    else:
-        draft_vocab = choose_draft_vocab(samples, options.draft_vocab, vocab_size, set(eos_ids))
+    head, draft_vocab = _starting_head(model, samples, options, layers, eos_ids)
     held_coverage = coverage(held, draft_vocab, vocab_size)
     log(f"data: {len(samples)} answers, {_response_tokens(samples)} response tokens; held-out: {len(held)} answers; "
         f"draft vocabulary {len(draft_vocab)} covers {held_coverage:.2%} of held-out target tokens")
-    if not options.init:
-        head = new_head(model, draft_vocab, options.intermediate_size or None, layers, options.seed,
-                        options.readout_scale)
     mapping = target_to_draft_map(draft_vocab, vocab_size)
     loop = train_loop(head, samples, mapping, options.loop, options.work / "checkpoint.pt", log)
     head.eval()
@@ -117,6 +110,17 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     log(f"wrote {options.out}: held-out top-1 by depth {[round(x, 3) for x in stats.top1]}, "
         f"τ chain {stats.tau_chain:.2f}, trees {({w: round(t, 2) for w, t in stats.tau_tree.items()})}")
     return metrics
+
+
+def _starting_head(model, samples: list[Sample], options: TrainHeadOptions, layers: tuple[int, ...],
+                   eos_ids: set[int]) -> tuple[Any, torch.Tensor]:
+    """The head to train and its draft vocabulary [Vd] (target ids): `--init`'s, or a new one from token counts."""
+    if options.init:
+        head = load_head(options.init, model.get_input_embeddings().weight.detach().float()).to(model.device)
+        return head, head.to_target(torch.arange(head.draft_vocab_size, device=model.device)).cpu()
+    draft_vocab = choose_draft_vocab(samples, options.draft_vocab, model.config.vocab_size, set(eos_ids))
+    return new_head(model, draft_vocab, options.intermediate_size or None, layers, options.seed,
+                    options.readout_scale), draft_vocab
 
 
 def _answer_self_written(model, tokenizer, options: TrainHeadOptions, layers: tuple[int, ...], eos_ids: set[int],

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from engine.head import Eagle3Head, head_config, set_vocab_map
+from engine.head import Eagle3Head, head_config, set_vocab_map, target_to_draft_map  # noqa: F401 (re-exported)
 from engine.training.objective import Batch, make_batch, unroll
 from engine.training.selfdistill import Sample
 
@@ -34,13 +34,6 @@ def choose_draft_vocab(samples: list[Sample], size: int, vocab_size: int, always
     while len(chosen) < size:
         chosen.add(next(filler))
     return torch.tensor(sorted(chosen))
-
-
-def target_to_draft_map(draft_vocab: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """[V] long: the draft id of each target id, -1 outside the draft vocabulary."""
-    mapping = torch.full((vocab_size,), -1, dtype=torch.long)
-    mapping[draft_vocab] = torch.arange(len(draft_vocab))
-    return mapping
 
 
 def coverage(samples: list[Sample], draft_vocab: torch.Tensor, vocab_size: int) -> float:
