@@ -76,18 +76,18 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     prompts = read_prompts(options.prompts)
     train_rows = [r for r in prompts if not is_held_out(r["id"], options.held_out)]
     held_rows = [r for r in prompts if is_held_out(r["id"], options.held_out)][:options.eval_prompts]
+    deadline = time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0  # all generation shares it
     gen_plan = GenerationPlan(
         prompts=train_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
         max_new_tokens=options.max_new_tokens, temperature=options.temperature,
         greedy_share=options.greedy_share, seed=options.seed, max_tokens=options.max_tokens,
-        deadline=time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0,
-        descending=options.descending, answers_per_prompt=options.answers_per_prompt)
+        deadline=deadline, descending=options.descending, answers_per_prompt=options.answers_per_prompt)
     run_generation(model, tokenizer, gen_plan, layers, options.work / "train", eos_ids, pad_id, log)
     held_plan = GenerationPlan(prompts=held_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
                                max_new_tokens=options.max_new_tokens, greedy_share=1.0, seed=options.seed + 1)
     run_generation(model, tokenizer, held_plan, layers, options.work / "heldout", eos_ids, pad_id, log)
     if options.magpie:
-        _answer_self_written(model, tokenizer, options, layers, eos_ids, pad_id, log)
+        _answer_self_written(model, tokenizer, options, layers, eos_ids, pad_id, deadline, log)
     samples = load_chunks(options.work / "train") + load_chunks(options.work / "magpie")
     held = load_chunks(options.work / "heldout")
     assert samples and held, "no self-distillation data: raise --max-tokens or --gen-minutes"
@@ -124,13 +124,13 @@ def _starting_head(model, samples: list[Sample], options: TrainHeadOptions, laye
 
 
 def _answer_self_written(model, tokenizer, options: TrainHeadOptions, layers: tuple[int, ...], eos_ids: set[int],
-                         pad_id: int, log) -> None:
+                         pad_id: int, deadline: float, log) -> None:
     """The target writes `options.magpie` prompts of its own and answers them greedily into work/magpie."""
     rows = write_prompts(model, tokenizer, options.magpie, options.work / "magpie" / "prompts.jsonl", eos_ids,
                          pad_id, seed=options.seed, log=log)
     plan = GenerationPlan(prompts=rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
                           max_new_tokens=options.max_new_tokens, greedy_share=1.0, seed=options.seed + 2,
-                          deadline=time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0)
+                          deadline=deadline)
     run_generation(model, tokenizer, plan, layers, options.work / "magpie", eos_ids, pad_id, log)
 
 
