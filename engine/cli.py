@@ -20,7 +20,7 @@ SUMMARY_FIELDS = ("text", "new_tokens", "steps", "tau", "delta", "tokens_per_s",
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=None, help="target model: hub id or folder (default: embedded SmolLM2)")
     parser.add_argument("--draft", default=None, help="draft LM sharing the target's tokenizer (hub id or folder)")
-    parser.add_argument("--head", default=None, help="EAGLE-3 draft head folder (default: the shipped head, if any)")
+    parser.add_argument("--head", default=None, help="EAGLE-3 draft head: folder or hub id (default: the shipped head, if any)")
     parser.add_argument("--drafter", default=None, help="which drafter to use (default: the best one loaded)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the device's best)")
     parser.add_argument("--device", default=None, help="cpu, cuda or mps (default: the best available)")

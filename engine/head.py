@@ -41,6 +41,20 @@ def shipped_head_dir(target_name: str) -> Path | None:
     return path if path is not None and (path / "config.json").exists() else None
 
 
+def resolve_head_dir(name: str | Path) -> Path:
+    """A head folder from a local path or a Hugging Face hub id (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B),
+    fetched once into the hub's cache: only its config and weights."""
+    path = Path(name)
+    if path.exists():
+        return path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(str(name), allow_patterns=["config.json", "*.safetensors", "*.bin"]))
+    except Exception as err:  # offline, unknown repo, no access: one clear message
+        raise FileNotFoundError(f"{name}: no such head folder, and the hub could not provide it ({err})") from None
+
+
 def default_feature_layers(num_target_layers: int) -> tuple[int, int, int]:
     """EAGLE-3's choice: the inputs of an early, a middle and a late layer.
 

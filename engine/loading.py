@@ -15,7 +15,7 @@ from engine.drafters.eagle_head import head_drafters
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.embedded import EMBEDDED_NAME, embedded_model_dir
 from engine.engine import SpecEngine
-from engine.head import shipped_head_dir
+from engine.head import resolve_head_dir, shipped_head_dir
 from engine.lm import CachedLM
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -87,7 +87,7 @@ def load_engine(target: str | None = None, draft: str | None = None, head: str |
         if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
             raise LoadError(f"the draft {draft!r} has a different tokenizer from the target {target_path!r}")
         drafters["draft-lm"] = lambda: DraftLMDrafter(draft_lm)
-    head_dir = head or (shipped_head_dir(EMBEDDED_NAME) if target is None else None)
+    head_dir = _head_dir(head) if head else (shipped_head_dir(EMBEDDED_NAME) if target is None else None)
     if head_dir:
         if not (Path(head_dir) / "config.json").exists():
             raise LoadError(f"{head_dir} is not an EAGLE-3 head folder (no config.json)")
@@ -99,6 +99,13 @@ def load_engine(target: str | None = None, draft: str | None = None, head: str |
                         draft_lm=draft_lm, policy_context=policy_context)
     _attach_saved_costs(engine)
     return engine
+
+
+def _head_dir(name: str) -> Path:
+    try:
+        return resolve_head_dir(name)
+    except FileNotFoundError as err:
+        raise LoadError(str(err)) from None
 
 
 def _attach_saved_costs(engine: SpecEngine) -> None:

@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.drafters.eagle_head import EagleHeadDrafter
-from engine.head import Eagle3Head, head_config, load_head, save_head, set_vocab_map
+from engine.head import Eagle3Head, head_config, load_head, resolve_head_dir, save_head, set_vocab_map
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
 
@@ -95,6 +95,31 @@ def test_published_layout_loads_unchanged(tmp_path, filename):
     logits = head.target_logits(torch.randn(2, HIDDEN))  # [2, V]
     assert torch.isinf(logits[:, 1]).all() and torch.isfinite(logits[:, 2]).all()
     assert [head.draft_index(t) for t in (0, 1, 2, 78)] == [0, -1, 1, 39]
+
+
+def test_a_hub_id_resolves_to_the_downloaded_published_folder(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    target = tiny_target()
+    config = published_config(target)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    save_file({k: v.half() if v.is_floating_point() else v for k, v in published_state(config).items()},
+              str(tmp_path / "model.safetensors"))
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo, **kw: asked.append(repo) or str(tmp_path))
+    head = load_head(resolve_head_dir("yuhuili/EAGLE3-tiny"), target.get_input_embeddings().weight.detach())
+    assert asked == ["yuhuili/EAGLE3-tiny"] and head.to_target(torch.tensor([39])).tolist() == [78]
+    assert resolve_head_dir(tmp_path) == tmp_path and asked == ["yuhuili/EAGLE3-tiny"]  # a folder is not fetched
+
+
+def test_an_unreachable_hub_id_fails_with_one_clear_message(monkeypatch):
+    import huggingface_hub
+
+    def offline(repo, **kw):
+        raise OSError("no network")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(FileNotFoundError, match="no such head folder, and the hub could not provide it"):
+        resolve_head_dir("someone/missing-head")
 
 
 def test_full_vocabulary_head_has_no_index_buffers(tmp_path):
