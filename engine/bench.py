@@ -6,6 +6,13 @@ tokens/s over `ar`'s tokens/s from the same run. At temperature 0 every output
 is compared with `ar`'s; where one differs, the first differing position and
 the target's top-2 logit gap there are recorded, so that a rounding near-tie
 can be told apart from a bug.
+
+As Spec-Bench does, the report breaks every policy down by prompt category
+(tokens/s, speedup and τ over that category's prompts) and keeps the per-prompt
+rows behind them. It also keeps, per policy, how many tokens each verified tree
+size emitted (step counts and emitted sums per size: a few hundred numbers at
+most), and the cost table's curve where the engine has one, so that the plots
+need nothing but results.json.
 """
 
 from __future__ import annotations
@@ -14,13 +21,14 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tqdm import tqdm
 
+from engine.costs import CostTable
 from engine.engine import SpecEngine
-from engine.events import RunFinished
+from engine.events import RunFinished, StepMetrics
 from engine.hf_baseline import is_hf_baseline, run_hf_baseline
 from engine.policies import POLICIES, make_policy
 from engine.request import GenerationRequest, RequestError
@@ -94,28 +102,53 @@ class Tally:
         return self.new_tokens / self.wall_s if self.wall_s else 0.0
 
 
+class Prompt(NamedTuple):
+    """One bench prompt: its id, its first turn and its Spec-Bench category (task kind for the shipped set)."""
+
+    question_id: Any
+    text: str
+    category: str = ""
+
+
+@dataclass
+class Breakdown:
+    """What the bench keeps of one policy beyond its totals: a row per prompt and the step shapes."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    tree_sizes: dict[int, list[int]] = field(default_factory=dict)  # verified tree size -> [steps, emitted]
+
+    def add_row(self, prompt: Prompt, tokens: list[int], wall_s: float, steps: int | None) -> None:
+        self.rows.append({"question_id": prompt.question_id, "category": prompt.category, "new_tokens": len(tokens),
+                          "steps": steps, "wall_s": wall_s})
+
+    def add_step(self, step: StepMetrics) -> None:
+        counts = self.tree_sizes.setdefault(step.tree_size, [0, 0])
+        counts[0] += 1
+        counts[1] += step.emitted
+
+
 SHIPPED_PROMPTS = Path(__file__).parent / "data" / "prompts" / "prompts.jsonl"
 HELD_OUT_SHARE = 0.05  # the share train-head never trains on
 
 
-def held_out_prompts(limit: int | None = None) -> list[tuple[Any, str]]:
+def held_out_prompts(limit: int | None = None) -> list[Prompt]:
     """The shipped prompt set's held-out split (never trained on), one per task kind in turn."""
     from engine.training.selfdistill import is_held_out
 
-    by_kind: dict[str, list[tuple[Any, str]]] = {}
+    by_kind: dict[str, list[Prompt]] = {}
     with open(SHIPPED_PROMPTS, encoding="utf-8") as f:
         for line in f:
             record = json.loads(line)
             if is_held_out(record["id"], HELD_OUT_SHARE):
-                by_kind.setdefault(record["kind"], []).append((record["id"], record["prompt"]))
+                by_kind.setdefault(record["kind"], []).append(Prompt(record["id"], record["prompt"], record["kind"]))
     interleaved = _round_robin(list(by_kind.values()))
     return interleaved[:limit] if limit else interleaved
 
 
-def read_prompts(path: str | Path, limit: int | None = None) -> list[tuple[Any, str]]:
-    """(question_id, first turn) pairs from a Spec-Bench-format JSON-lines file, one category in turn,
+def read_prompts(path: str | Path, limit: int | None = None) -> list[Prompt]:
+    """(question_id, first turn, category) from a Spec-Bench-format JSON-lines file, one category in turn,
     so that the first N cover every category rather than the file's first."""
-    by_category: dict[str, list[tuple[Any, str]]] = {}
+    by_category: dict[str, list[Prompt]] = {}
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -124,8 +157,8 @@ def read_prompts(path: str | Path, limit: int | None = None) -> list[tuple[Any, 
             turns = record.get("turns")
             if not turns or not isinstance(turns[0], str):
                 raise ValueError(f"{path}:{number}: expected a 'turns' list of strings")
-            by_category.setdefault(str(record.get("category", "")), []).append(
-                (record.get("question_id", number), turns[0]))
+            category = str(record.get("category", ""))
+            by_category.setdefault(category, []).append(Prompt(record.get("question_id", number), turns[0], category))
     prompts = _round_robin(list(by_category.values()))
     return prompts[:limit] if limit else prompts
 
@@ -135,37 +168,58 @@ def _round_robin(groups: list[list[Any]]) -> list[Any]:
     return [row for layer in itertools.zip_longest(*groups) for row in layer if row is not None]
 
 
-def run_bench(engine: SpecEngine, prompts: list[tuple[Any, str]], specs: list[PolicySpec], max_new_tokens: int,
-              temperature: float = 0.0, seed: int = 0, drafter: str | None = None,
+def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs: list[PolicySpec],
+              max_new_tokens: int, temperature: float = 0.0, seed: int = 0, drafter: str | None = None,
               progress: bool = True) -> dict[str, Any]:
     """Runs every spec on every prompt (`ar` added first if missing) and summarises against `ar`."""
+    prompts = [Prompt(*prompt) for prompt in prompts]
     if not any(spec.policy == "ar" for spec in specs):
         specs = [PolicySpec("ar", "ar", {})] + specs
     if temperature > 0 and any(is_hf_baseline(spec.policy) for spec in specs):
         raise RequestError("the Hugging Face baselines decode greedily: use temperature 0", field="policies")
     tallies = [Tally(spec) for spec in specs]
+    breakdowns = [Breakdown() for _ in specs]
     _warm_up(engine, specs, drafter)
     bar = tqdm(total=len(prompts) * len(specs), desc="bench", unit="run", disable=not progress)
-    for question_id, prompt in prompts:
-        for tally in tallies:
+    for prompt in prompts:
+        for tally, breakdown in zip(tallies, breakdowns):
             if tally.external:
-                tally.add_external(question_id, *run_hf_baseline(engine, tally.spec.policy, prompt, max_new_tokens))
+                tokens, wall_s = run_hf_baseline(engine, tally.spec.policy, prompt.text, max_new_tokens)
+                tally.add_external(prompt.question_id, tokens, wall_s)
+                breakdown.add_row(prompt, tokens, wall_s, steps=None)
                 bar.update()
                 continue
-            request = GenerationRequest(prompt=prompt, policy=tally.spec.policy, params=tally.spec.params,
+            request = GenerationRequest(prompt=prompt.text, policy=tally.spec.policy, params=tally.spec.params,
                                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                                         drafter=drafter)
-            tally.add(question_id, engine.run(request, detail=False))
+            result = engine.run(request, detail=False, emit=_step_recorder(breakdown))
+            tally.add(prompt.question_id, result)
+            breakdown.add_row(prompt, result.tokens, result.wall_s, result.steps)
             tally.params = tally.params or engine.prepare(request)[0].params.model_dump()
             bar.update()
     bar.close()
     baseline = next(t for t in tallies if t.spec.policy == "ar")
-    prompt_text = dict(prompts)
-    results = [_summarise(engine, tally, baseline, temperature, prompt_text) for tally in tallies]
+    ar_rows = breakdowns[tallies.index(baseline)].rows
+    prompt_text = {prompt.question_id: prompt.text for prompt in prompts}
+    results = []
+    for tally, breakdown in zip(tallies, breakdowns):
+        result = _summarise(engine, tally, baseline, temperature, prompt_text)
+        result.update(_broken_down(breakdown, ar_rows, result))
+        results.append(result)
     info = engine.describe()
     return {"target": info["target"], "draft": info["draft"], "drafter": drafter or engine.default_drafter,
             "device": info["device"], "dtype": info["dtype"], "prompts": len(prompts),
-            "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed, "results": results}
+            "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
+            "categories": list(dict.fromkeys(prompt.category for prompt in prompts)),
+            "cost_curve": cost_curve(engine), "results": results}
+
+
+def _step_recorder(breakdown: Breakdown):
+    """An emit callback that keeps each step's (tree size, emitted); detail is off, so only steps arrive."""
+    def record(event: Any) -> None:
+        if isinstance(event, StepMetrics):
+            breakdown.add_step(event)
+    return record
 
 
 def _warm_up(engine: SpecEngine, specs: list[PolicySpec], drafter: str | None) -> None:
@@ -217,7 +271,72 @@ def _divergence(engine: SpecEngine, question_id: Any, prompt: str, reference: li
     return {"question_id": question_id, "position": position, "top2_gap": float(top2[0] - top2[1])}
 
 
-def markdown_table(report: dict[str, Any]) -> str:
+def _broken_down(breakdown: Breakdown, ar_rows: list[dict[str, Any]], result: dict[str, Any]) -> dict[str, Any]:
+    """Per-prompt rows, per-category sums over them, and the step shapes, for one policy's result."""
+    diverged = {d["question_id"]: d["position"] for d in result["divergences"]}
+    ar_speed = {row["question_id"]: _speed(row) for row in ar_rows}
+    per_prompt = []
+    for row in breakdown.rows:
+        speed = _speed(row)
+        reference = ar_speed.get(row["question_id"])
+        per_prompt.append({
+            **row, "tokens_per_s": speed,
+            "speedup_vs_ar": speed / reference if reference else None,
+            "tau": row["new_tokens"] / row["steps"] if row["steps"] else None,
+            "identical_to_ar": None if result["identical_to_ar"] is None else row["question_id"] not in diverged,
+            "first_difference": diverged.get(row["question_id"]),
+        })
+    return {"by_category": by_category(breakdown.rows, ar_rows), "per_prompt": per_prompt,
+            "tree_sizes": [[size, steps, emitted] for size, (steps, emitted) in sorted(breakdown.tree_sizes.items())]}
+
+
+def _speed(row: dict[str, Any]) -> float:
+    return row["new_tokens"] / row["wall_s"] if row["wall_s"] else 0.0
+
+
+def by_category(rows: list[dict[str, Any]], ar_rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Tokens/s, speedup vs ar and τ over each category's prompts: sums of tokens, seconds and steps,
+    so a category reads like the whole run does (ar's speed over the same prompts is the reference).
+
+    >>> rows = [{"category": "a", "new_tokens": 10, "wall_s": 1.0, "steps": 4},
+    ...         {"category": "a", "new_tokens": 10, "wall_s": 3.0, "steps": 6}]
+    >>> ar = [{"category": "a", "new_tokens": 20, "wall_s": 8.0, "steps": 20}]
+    >>> by_category(rows, ar)["a"]
+    {'prompts': 2, 'new_tokens': 20, 'wall_s': 4.0, 'tokens_per_s': 5.0, 'speedup_vs_ar': 2.0, 'tau': 2.0}
+    """
+    def sums(selected: list[dict[str, Any]]) -> dict[str, Any]:
+        tokens = sum(row["new_tokens"] for row in selected)
+        wall_s = sum(row["wall_s"] for row in selected)
+        steps = None if any(row["steps"] is None for row in selected) else sum(row["steps"] for row in selected)
+        return {"prompts": len(selected), "new_tokens": tokens, "wall_s": wall_s,
+                "tokens_per_s": tokens / wall_s if wall_s else 0.0, "tau": tokens / steps if steps else None}
+
+    out = {}
+    for category in dict.fromkeys(row["category"] for row in rows):
+        mine = sums([row for row in rows if row["category"] == category])
+        ar = sums([row for row in ar_rows if row["category"] == category])
+        speedup = mine["tokens_per_s"] / ar["tokens_per_s"] if ar["tokens_per_s"] else None
+        out[category] = {**{k: mine[k] for k in ("prompts", "new_tokens", "wall_s", "tokens_per_s")},
+                         "speedup_vs_ar": speedup, "tau": mine["tau"]}
+    return out
+
+
+def cost_curve(engine: Any) -> dict[str, Any] | None:
+    """The target's forward time of n tokens over one token, per measured context (batch 1), from the cost
+    table the engine's cost-aware policies read; None where the engine holds none (the bench never profiles)."""
+    table = engine.policy_context.get("cost_table") if isinstance(engine.policy_context, dict) else None
+    if isinstance(table, (str, Path)):
+        table = CostTable.load(table)
+    if not isinstance(table, CostTable):
+        return None
+    grid = table.target.ms[0]  # [contexts][ns] at the smallest batch
+    return {"source": table.target.source, "device": table.device, "dtype": table.dtype, "ns": table.ns,
+            "contexts": table.contexts, "ms": grid, "ratio": [[ms / row[0] for ms in row] for row in grid]}
+
+
+def markdown_table(report: dict[str, Any], charts: list[tuple[str, str]] = ()) -> str:
+    """results.md: the summary table, then per category and per prompt, then links to `charts`
+    ((title, file name) pairs written beside it)."""
     header = (f"target {report['target']} · drafter {report['drafter']} · {report['device']} {report['dtype']} · "
               f"{report['prompts']} prompts × {report['max_new_tokens']} new tokens · temperature {report['temperature']}")
     lines = [header, "",
@@ -232,18 +351,55 @@ def markdown_table(report: dict[str, Any]) -> str:
         lines.append(f"| {r['policy']} | {_cell(r['tau'], '.2f')} | {_cell(r['delta'], '.2f')} | {_cell(r['c'], '.3f')} "
                      f"| {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f}× | {_cell(r['steps'], 'd')} | {shares} "
                      f"| {_cell(r['share_outside_forwards'], '.0%')} | {identical} |")
+    if report.get("categories"):
+        lines += _category_tables(report) + _prompt_table(report)
+    if charts:
+        lines += ["", "## Charts"]
+        for title, name in charts:
+            lines += ["", f"![{title}]({name})"]
     return "\n".join(lines) + "\n"
 
 
-def _cell(value: Any, spec: str) -> str:
-    return "—" if value is None else format(value, spec)
+def _category_tables(report: dict[str, Any]) -> list[str]:
+    """Spec-Bench's layout: one row per policy, one column per category, the whole run last."""
+    categories = report["categories"]
+    head = "| policy | " + " | ".join(name or "—" for name in categories) + " | all |"
+    rule = "|---" * (len(categories) + 2) + "|"
+    lines = []
+    for title, key, spec, unit in (("speedup vs ar", "speedup_vs_ar", ".2f", "×"), ("τ", "tau", ".2f", ""),
+                                   ("tokens/s", "tokens_per_s", ".1f", "")):
+        lines += ["", f"## {title} per category", "", head, rule]
+        for r in report["results"]:
+            cells = [_cell(r["by_category"].get(name, {}).get(key), spec, unit) for name in categories]
+            lines.append(f"| {r['policy']} | " + " | ".join(cells) + f" | {_cell(r[key], spec, unit)} |")
+    return lines
 
 
-def write_report(report: dict[str, Any], out_dir: str | Path) -> Path:
+def _prompt_table(report: dict[str, Any]) -> list[str]:
+    """One row per prompt, one column per policy: speedup vs ar on that prompt, and τ where it has steps."""
+    results = report["results"]
+    lines = ["", "## Per prompt (speedup vs ar · τ)", "",
+             "| question | category | " + " | ".join(r["policy"] for r in results) + " |",
+             "|---|---" + "|---" * len(results) + "|"]
+    for i, row in enumerate(results[0]["per_prompt"]):
+        cells = []
+        for r in results:
+            mine = r["per_prompt"][i]
+            tau = "" if mine["tau"] is None else f" · {mine['tau']:.2f}"
+            cells.append(f"{_cell(mine['speedup_vs_ar'], '.2f', '×')}{tau}")
+        lines.append(f"| {row['question_id']} | {row['category'] or '—'} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _cell(value: Any, spec: str, unit: str = "") -> str:
+    return "—" if value is None else format(value, spec) + unit
+
+
+def write_report(report: dict[str, Any], out_dir: str | Path, charts: list[tuple[str, str]] = ()) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out / "results.md").write_text(markdown_table(report), encoding="utf-8")
+    (out / "results.md").write_text(markdown_table(report, charts), encoding="utf-8")
     return out
 
 

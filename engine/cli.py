@@ -122,9 +122,15 @@ def bench_command(args: argparse.Namespace) -> int:
         raise RequestError(f"{args.prompts} holds no prompts", field="prompts")
     engine = load_from_args(args, [spec.policy for spec in specs])
     report = run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter)
-    out = write_report(report, args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
-    print(markdown_table(report))
-    print(f"wrote {out / 'results.md'} and {out / 'results.json'}")
+    out = Path(args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
+    charts = []
+    if args.plots:
+        from tools.plots import write_plots
+
+        charts = write_plots(report, out)
+    write_report(report, out, charts)
+    print(markdown_table(report, charts))
+    print(f"wrote {out / 'results.md'} and {out / 'results.json'}" + (f" and {len(charts)} charts" if charts else ""))
     return 0
 
 
@@ -159,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default=None, help="folder for results.md and results.json (default: runs/bench-…)")
+    bench.add_argument("--plots", action="store_true",
+                       help="also write SVG charts beside results.md (speedup, τ per category, τ against tree size, "
+                            "the cost curve), linked from it")
     add_engine_args(bench)
     bench.set_defaults(func=bench_command)
 

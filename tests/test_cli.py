@@ -83,7 +83,7 @@ def write_prompts(path, prompts):
 def test_bench_compares_every_policy_with_ar_on_the_same_prompts(engine64, tmp_path):
     write_prompts(tmp_path / "q.jsonl", ["hello world", "abcabcabc", "the cat sat"])
     prompts = read_prompts(tmp_path / "q.jsonl", limit=2)
-    assert [p for _, p in prompts] == ["hello world", "abcabcabc"]
+    assert [p.text for p in prompts] == ["hello world", "abcabcabc"]
     specs = [PolicySpec.parse(text) for text in ("chain", "talon", "talon:mu=0.2")]
     report = run_bench(engine64, prompts, specs, max_new_tokens=16, progress=False)
     labels = [r["policy"] for r in report["results"]]
@@ -113,8 +113,8 @@ def test_bench_prompts_take_one_category_in_turn(tmp_path):
     rows = [("a", "x1"), ("a", "x2"), ("a", "x3"), ("b", "y1"), ("c", "z1"), ("c", "z2")]
     (tmp_path / "q.jsonl").write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [t]}) + "\n"
                                               for i, (c, t) in enumerate(rows)))
-    assert [p for _, p in read_prompts(tmp_path / "q.jsonl")] == ["x1", "y1", "z1", "x2", "z2", "x3"]
-    assert [p for _, p in read_prompts(tmp_path / "q.jsonl", limit=3)] == ["x1", "y1", "z1"]
+    assert [p.text for p in read_prompts(tmp_path / "q.jsonl")] == ["x1", "y1", "z1", "x2", "z2", "x3"]
+    assert [p.text for p in read_prompts(tmp_path / "q.jsonl", limit=3)] == ["x1", "y1", "z1"]
 
 
 def test_bench_cli_writes_markdown_and_json(tiny_target, capsys, tmp_path):
@@ -136,5 +136,6 @@ def test_default_bench_prompts_are_the_held_out_split_across_task_kinds():
 
     prompts = held_out_prompts()
     assert len(prompts) >= 100
-    assert all(is_held_out(question_id, 0.05) for question_id, _ in prompts)
-    assert len({text for _, text in prompts}) == len(prompts)
+    assert all(is_held_out(prompt.question_id, 0.05) for prompt in prompts)
+    assert len({prompt.text for prompt in prompts}) == len(prompts)
+    assert len({prompt.category for prompt in prompts}) > 1 and all(prompt.category for prompt in prompts)

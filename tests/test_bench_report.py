@@ -1,0 +1,158 @@
+"""The bench's report as Spec-Bench gives it (per category, per prompt) and its charts (`--plots`)."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from engine.bench import PolicySpec, Prompt, markdown_table, run_bench
+from engine.costs import CostTable
+from test_cli import run_cli, tiny_target, write_prompts  # noqa: F401  (tiny_target is a fixture)
+from tools.plots import CHARTS, nice_ticks, write_plots
+
+SVG = "{http://www.w3.org/2000/svg}"
+PROMPTS = [Prompt(1, "hello world", "writing"), Prompt(2, "abcabcabc", "coding"), Prompt(3, "the cat sat", "writing")]
+
+
+@pytest.fixture(scope="module")
+def report(engine64):
+    specs = [PolicySpec.parse(text) for text in ("hf-generate", "chain", "talon")]
+    return run_bench(engine64, PROMPTS, specs, max_new_tokens=16, progress=False)
+
+
+def test_bench_keeps_every_summary_key_and_adds_the_breakdowns(report):
+    assert report["categories"] == ["writing", "coding"]
+    for result in report["results"]:
+        assert set(result) >= {"policy", "params", "tau", "delta", "c", "tokens_per_s", "speedup_vs_ar", "new_tokens",
+                               "steps", "share_draft", "share_verify", "share_other", "share_outside_forwards",
+                               "identical_to_ar", "divergences", "by_category", "per_prompt", "tree_sizes"}
+
+
+def test_each_category_sums_its_own_prompt_rows(report):
+    for result in report["results"]:
+        rows = result["per_prompt"]
+        assert [row["question_id"] for row in rows] == [1, 2, 3]
+        assert [row["category"] for row in rows] == ["writing", "coding", "writing"]
+        assert sum(row["new_tokens"] for row in rows) == result["new_tokens"]
+        writing = result["by_category"]["writing"]
+        tokens = rows[0]["new_tokens"] + rows[2]["new_tokens"]
+        seconds = rows[0]["wall_s"] + rows[2]["wall_s"]
+        assert writing["prompts"] == 2 and writing["new_tokens"] == tokens
+        assert writing["tokens_per_s"] == pytest.approx(tokens / seconds)
+        if result["steps"] is not None:
+            assert writing["tau"] == pytest.approx(tokens / (rows[0]["steps"] + rows[2]["steps"]))
+        else:
+            assert writing["tau"] is None and rows[0]["tau"] is None
+
+
+def test_category_speedups_are_against_ar_on_the_same_prompts(report):
+    ar = report["results"][0]
+    assert ar["policy"] == "ar"
+    assert all(cat["speedup_vs_ar"] == pytest.approx(1.0) for cat in ar["by_category"].values())
+    talon = report["results"][-1]
+    for name, cat in talon["by_category"].items():
+        assert cat["speedup_vs_ar"] == pytest.approx(cat["tokens_per_s"] / ar["by_category"][name]["tokens_per_s"])
+    for mine, base in zip(talon["per_prompt"], ar["per_prompt"]):
+        assert mine["speedup_vs_ar"] == pytest.approx(mine["tokens_per_s"] / base["tokens_per_s"])
+        assert mine["identical_to_ar"] is True and mine["first_difference"] is None
+
+
+def test_step_shapes_account_for_every_step_and_token(report):
+    for result in report["results"]:
+        if result["steps"] is None:
+            assert result["tree_sizes"] == []
+            continue
+        sizes = result["tree_sizes"]
+        assert sum(steps for _, steps, _ in sizes) == result["steps"]
+        assert sum(emitted for _, _, emitted in sizes) == result["new_tokens"]
+        assert [size for size, _, _ in sizes] == sorted({size for size, _, _ in sizes})
+    assert report["results"][0]["tree_sizes"] == [[0, 48, 48]]  # ar: no drafts, one token per step
+
+
+def test_results_md_reads_per_category_and_per_prompt(report):
+    text = markdown_table(report)
+    assert "## speedup vs ar per category" in text and "## τ per category" in text
+    assert "| policy | writing | coding | all |" in text
+    assert "| ar | 1.00× | 1.00× | 1.00× |" in text
+    assert "| hf-generate | — | — | — |" in text  # no steps, no τ
+    assert "| question | category | ar | hf-generate | chain | talon |" in text
+    assert text.count("\n| 2 | coding |") == 1
+
+
+def parse_svg(path):
+    root = ET.parse(path).getroot()
+    assert root.tag == f"{SVG}svg" and root.get("viewBox")
+    return root
+
+
+def marks(root, tag):
+    return [node for node in root.iter(f"{SVG}{tag}") if node.get("data-policy") or node.get("data-n")]
+
+
+def test_bench_plots_writes_charts_that_parse_and_carry_the_results(tiny_target, capsys, tmp_path):
+    write_prompts(tmp_path / "q.jsonl", ["w3 w4 w5 w3 w4", "w7 w7 w7"])
+    code, out, _ = run_cli(capsys, "bench", "--prompts", str(tmp_path / "q.jsonl"), "--policies", "ar,chain,talon",
+                           "--max-new-tokens", "16", "--target", tiny_target, "--dtype", "float32",
+                           "--out", str(tmp_path / "out"), "--plots")
+    assert code == 0 and "4 charts" in out
+    folder = tmp_path / "out"
+    report = json.loads((folder / "results.json").read_text())
+    markdown = (folder / "results.md").read_text()
+    for name, title in CHARTS:
+        assert f"![{title}]({name})" in markdown
+        parse_svg(folder / name)
+
+    bars = {bar.get("data-policy"): float(bar.get("data-value")) for bar in marks(parse_svg(folder / "speedup.svg"), "rect")}
+    assert bars == {r["policy"]: pytest.approx(r["speedup_vs_ar"], abs=0.005) for r in report["results"]}
+
+    taus = marks(parse_svg(folder / "tau-by-category.svg"), "rect")
+    talon = next(r for r in report["results"] if r["policy"] == "talon")
+    assert {(bar.get("data-policy"), bar.get("data-category")) for bar in taus} == {
+        (policy, "t") for policy in ("chain", "talon")}
+    assert float(next(b for b in taus if b.get("data-policy") == "talon").get("data-value")) == pytest.approx(
+        talon["by_category"]["t"]["tau"], abs=0.005)
+
+    points = [p for p in marks(parse_svg(folder / "tau-vs-tree-size.svg"), "circle") if p.get("data-policy") == "talon"]
+    assert sum(int(p.get("data-steps")) for p in points) == talon["steps"]
+
+    cost = parse_svg(folder / "cost-curve.svg")  # the tiny run read no cost table: the chart says so
+    assert "no cost table" in "".join(cost.itertext())
+
+
+def test_cost_curve_chart_draws_time_of_n_over_one_per_context(report, tmp_path):
+    table = CostTable.linear(2.0, 10.0, ns=(1, 2, 4, 8), contexts=(128, 512))
+    with_costs = {**report, "cost_curve": {"source": "synthetic", "device": "x", "dtype": "y", "ns": table.ns,
+                                           "contexts": table.contexts, "ms": table.target.ms[0],
+                                           "ratio": [[ms / row[0] for ms in row] for row in table.target.ms[0]]}}
+    write_plots(with_costs, tmp_path)
+    points = marks(parse_svg(tmp_path / "cost-curve.svg"), "circle")
+    assert len(points) == 8
+    at_eight = [float(p.get("data-value")) for p in points if p.get("data-n") == "8"]
+    assert at_eight == [pytest.approx((2 * 8 + 10) / 12, abs=0.005)] * 2
+
+
+def test_bench_reads_the_cost_curve_the_engine_holds(engine64):
+    from engine.bench import cost_curve
+
+    engine64.policy_context["cost_table"] = CostTable.linear(1.0, 3.0, ns=(1, 4), contexts=(64,))
+    try:
+        assert cost_curve(engine64)["ratio"] == [[1.0, 7 / 4]]
+    finally:
+        del engine64.policy_context["cost_table"]
+    assert cost_curve(engine64) is None
+
+
+def test_ticks_are_round_and_cover_the_range():
+    assert nice_ticks(0, 3.26) == [0, 1, 2, 3, 4]
+    assert nice_ticks(0, 1.32) == [0, 0.5, 1, 1.5]
+    assert nice_ticks(0, 60)[-1] >= 60
+
+
+def test_worked_examples_in_docstrings_hold():
+    import doctest
+
+    import engine.bench
+    import tools.plots
+
+    assert doctest.testmod(engine.bench).failed == 0
+    assert doctest.testmod(tools.plots).failed == 0

@@ -1,0 +1,1 @@
+"""Commands over the engine: measuring, plotting, training (floor 1: imports engine, never app or cli)."""
