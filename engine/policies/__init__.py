@@ -42,5 +42,6 @@ def make_policy(name: str, params: dict[str, Any] | None = None, context: dict[s
 
 
 def policy_schemas() -> dict[str, dict[str, Any]]:
-    """Each policy's parameters with defaults and bounds, for forms and docs."""
-    return {name: cls.Params.model_json_schema() for name, cls in POLICIES.items()}
+    """Each policy's parameters as JSON schema (defaults, bounds, each parameter's meaning), for forms and
+    docs; the schema's own `description` is the policy's one line."""
+    return {name: {**cls.Params.model_json_schema(), "description": cls.description} for name, cls in POLICIES.items()}

@@ -12,6 +12,7 @@ class ArParams(PolicyParams):
 
 class ArPolicy(Policy):
     name = "ar"
+    description = "Plain decoding, no draft: one target forward per token; the baseline every speedup is measured against."
     Params = ArParams
     drafts = False
 

@@ -88,6 +88,7 @@ class Adjustment:
 
 class Policy(ABC):
     name: ClassVar[str]
+    description: ClassVar[str]  # one line for pickers and docs: what the policy does
     Params: ClassVar[type[PolicyParams]]
     drafts: ClassVar[bool] = True  # False only for the no-draft baseline
     needs_costs: ClassVar[bool] = False  # reads context["cost_table"], the measured forward times

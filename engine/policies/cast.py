@@ -132,6 +132,8 @@ def _slope(gain: float, spend: float) -> float:
 
 class CastPolicy(Policy):
     name = "cast"
+    description = ("CAST's cost-aware tree: widens, deepens and verifies only while the expected tokens gained per "
+                   "unit of measured forward time beat C1, C2 and C3 (reads the cost table).")
     needs_costs = True
     Params = CastParams
 

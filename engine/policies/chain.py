@@ -19,6 +19,7 @@ class ChainParams(PolicyParams):
 
 class ChainPolicy(Policy):
     name = "chain"
+    description = "A line of γ draft tokens verified in one forward (Leviathan et al. 2023): deep and one wide."
     Params = ChainParams
 
     def children_per_node(self, depth: int) -> int:

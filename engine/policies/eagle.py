@@ -22,6 +22,8 @@ class EagleParams(PolicyParams):
 
 class EaglePolicy(Policy):
     name = "eagle"
+    description = ("EAGLE-2's dynamic tree: D layers, each growing the K best paths by their top-K children, "
+                   "then the m nodes of highest path score are verified.")
     Params = EagleParams
 
     def children_per_node(self, depth: int) -> int:

@@ -26,6 +26,8 @@ class TalonParams(PolicyParams):
 
 class TalonPolicy(Policy):
     name = "talon"
+    description = ("TALON's budgeted tree: each layer keeps the candidates whose path score is at least μ × the "
+                   "layer's best, within N nodes; confident drafts grow deep and narrow, unsure ones shallow and wide.")
     Params = TalonParams
 
     def children_per_node(self, depth: int) -> int:

@@ -92,6 +92,8 @@ class AdaptState:
 
 class TalonAdaptivePolicy(TalonPolicy):
     name = "talon-adaptive"
+    description = ("TALON's gate with its budget N and gate μ tuned during the run: every few steps one moves, "
+                   "and the move is undone if tokens per second fell.")
     needs_costs = True
     Params = TalonAdaptiveParams
 
