@@ -1,7 +1,7 @@
 // Replay control over one run's events: a cursor into the list that live events
 // push forward, that Space plays through slowly, arrows move step by step and R resets.
 
-import { replayDelay, stepEnds } from "./core.js";
+import { replayDelay, stepEnds } from "./model/events.js";
 
 export class Player {
   constructor(onChange) {

@@ -1,11 +1,15 @@
-// Page wiring: form, live run, replay and keys. State lives in core.js folds; drawing in render.js.
+// Page wiring of /: form, live run, replay and keys. State lives in model/ folds; drawing in view/.
 
-import { baselineKey, decodeSetup, encodeSetup, foldEvents, layoutTree, parseTrace, runSummary, splitRuns } from "./core.js";
 import { Connection, RunFailed } from "./connection.js";
-import { CompareView } from "./compare.js";
-import { fillPolicySelect, markInvalid, readParams, renderParams } from "./forms.js";
+import { foldEvents, parseTrace, runSummary, splitRuns } from "./model/events.js";
+import { layoutTree } from "./model/layout.js";
+import { baselineKey, decodeSetup, encodeSetup } from "./model/setup.js";
 import { Player } from "./player.js";
-import { createTooltip, el, renderMetrics, renderOutput, renderTimeline, renderTree, resetTree } from "./render.js";
+import { CompareView } from "./view/compare.js";
+import { el } from "./view/dom.js";
+import { fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
+import { renderMetrics, renderOutput, renderTimeline } from "./view/run.js";
+import { createTooltip, renderTree, resetTree } from "./view/tree.js";
 
 const $ = (id) => document.getElementById(id);
 
