@@ -53,3 +53,29 @@ export function decodeSetup(search) {
   if (query.has("trace")) setup.trace = query.get("trace");
   return setup;
 }
+
+// ---------------------------------------------------------------- lecture view state (lecture's keys)
+
+/**
+ * Where a class stopped: trace, run (index within a multi-run trace, 0-based), step (1-based), phase
+ * ("draft-3", "verify", "accept-2", "commit"), view (the theory panel shown) and presentation mode.
+ * Values are strings as in the URL; model/phases.js parsePosition checks step and phase.
+ */
+export const VIEW_KEYS = ["trace", "run", "step", "phase", "view", "present"];
+
+export function encodeView(view, query = new URLSearchParams()) {
+  for (const key of VIEW_KEYS) {
+    const value = view[key];
+    if (value == null || value === "" || value === false) query.delete(key);
+    else query.set(key, value === true ? "1" : String(value));
+  }
+  return query;
+}
+
+export function decodeView(search) {
+  const query = new URLSearchParams(search);
+  const view = {};
+  for (const key of VIEW_KEYS) if (query.has(key)) view[key] = query.get(key);
+  view.present = query.get("present") === "1";
+  return view;
+}
