@@ -1,36 +1,6 @@
-// The pure part of the page: folding engine events into run state, tree layout,
-// formatting, URL state and comparison. No DOM here, so `node --test` covers it.
+// Folding engine events into run state, and splitting a trace into runs and steps. No DOM.
 
-export const STATUSES = ["kept", "pruned", "accepted", "rejected", "recovered", "bonus"];
-
-const VISIBLE_WHITESPACE = { " ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍" };
-
-/** A token's text with whitespace made visible, for node labels: " the\n" -> "␣the↵". */
-export function tokenLabel(text) {
-  if (text === "" || text == null) return "∅";
-  return Array.from(text, (ch) => VISIBLE_WHITESPACE[ch] ?? ch).join("");
-}
-
-/** Shortens a label to `max` characters, marking the cut. */
-export function truncate(label, max = 9) {
-  const chars = Array.from(label);
-  return chars.length <= max ? label : chars.slice(0, max - 1).join("") + "…";
-}
-
-export function formatNumber(value, digits = 2) {
-  if (value == null || Number.isNaN(value)) return "–";
-  if (Math.abs(value) >= 1000) return Math.round(value).toLocaleString("en-US");
-  return Number(value).toFixed(digits);
-}
-
-/** Probabilities span many decades; small ones read better in scientific notation. */
-export function formatProbability(value) {
-  if (value == null) return "–";
-  if (value === 0) return "0";
-  return value >= 0.001 ? value.toFixed(4) : value.toExponential(2);
-}
-
-// ---------------------------------------------------------------- run state
+import { formatProbability } from "./format.js";
 
 export function createRun() {
   return { runId: null, policy: null, started: null, steps: [], text: [], metrics: [],
@@ -189,69 +159,6 @@ function addEmitted(step, emitted) {
   });
 }
 
-// ---------------------------------------------------------------- tree layout
-
-export const LAYOUT = { column: 96, row: 24, nodeWidth: 80, nodeHeight: 18, top: 30, left: 8 };
-
-/**
- * Places a step's nodes: depth left to right, siblings top to bottom by score,
- * a parent centred on its children. Pruned candidates beyond `maxPruned` per
- * parent are counted on the parent (`hiddenPruned`) instead of drawn.
- * Example: root -> a (kept), b (pruned) gives a at row 0, b at row 1, root at row 0.5.
- */
-export function layoutTree(step, { maxPruned = 3 } = {}) {
-  const children = childrenByParent(step, maxPruned);
-  const placed = new Map();
-  let row = 0;
-  const place = (id) => {
-    const kids = children.visible.get(id) ?? [];
-    kids.forEach(place);
-    const y = kids.length ? (placed.get(kids[0]).row + placed.get(kids[kids.length - 1]).row) / 2 : row++;
-    placed.set(id, { row: y });
-  };
-  place("n0");
-  const nodes = [...placed.keys()].map((id) => {
-    const node = step.nodes.get(id);
-    return { ...node, hiddenPruned: children.hidden.get(id) ?? 0,
-             x: LAYOUT.left + node.depth * LAYOUT.column, y: LAYOUT.top + placed.get(id).row * LAYOUT.row };
-  });
-  const byId = new Map(nodes.map((n) => [n.id, n]));
-  const edges = nodes.filter((n) => n.parent && byId.has(n.parent))
-    .map((n) => ({ from: byId.get(n.parent), to: n, status: n.status }));
-  const maxDepth = nodes.reduce((m, n) => Math.max(m, n.depth), 0);
-  return {
-    nodes, edges, layers: step.layers,
-    width: LAYOUT.left * 2 + maxDepth * LAYOUT.column + LAYOUT.nodeWidth,
-    height: LAYOUT.top + Math.max(row, 1) * LAYOUT.row,
-  };
-}
-
-function childrenByParent(step, maxPruned) {
-  const all = new Map();
-  for (const node of step.nodes.values()) {
-    if (node.parent == null) continue;
-    if (!all.has(node.parent)) all.set(node.parent, []);
-    all.get(node.parent).push(node);
-  }
-  const visible = new Map();
-  const hidden = new Map();
-  for (const [parent, kids] of all) {
-    kids.sort(childOrder);
-    const pruned = kids.filter((k) => k.status === "pruned" && k.reason !== "rerank");
-    const shownPruned = new Set(pruned.slice(0, maxPruned));
-    const shown = kids.filter((k) => !pruned.includes(k) || shownPruned.has(k));
-    visible.set(parent, shown.map((k) => k.id));
-    if (pruned.length > shownPruned.size) hidden.set(parent, pruned.length - shownPruned.size);
-  }
-  return { visible, hidden };
-}
-
-// The emitted token goes first under its parent, then drafts by path score.
-function childOrder(a, b) {
-  const rank = (n) => (n.status === "recovered" || n.status === "bonus" ? 0 : 1);
-  return rank(a) - rank(b) || (b.score ?? 0) - (a.score ?? 0);
-}
-
 export function treeShape(step) {
   let depth = 0;
   const widths = new Map();
@@ -314,11 +221,6 @@ export function outputSegments(run) {
   return run.text;
 }
 
-/** A CSS shade class from the number of accepted drafts in a step: 0..8, 8 meaning 8 or more. */
-export function shadeClass(accepted) {
-  return accepted == null ? "shade-none" : `shade-${Math.min(8, Math.max(0, accepted))}`;
-}
-
 export function runSummary(run) {
   const m = run.metrics;
   const steps = m.length;
@@ -348,27 +250,9 @@ function liveTokensPerS(metrics) {
   return ms > 0 ? metrics[metrics.length - 1].new_tokens / (ms / 1000) : null;
 }
 
-/** The settings that must match for two runs' speeds and outputs to be compared. */
-export function baselineKey(request) {
-  const { prompt, seed, temperature, top_k = 0, top_p = 1, max_new_tokens } = request;
-  return JSON.stringify([prompt, seed, temperature, top_k, top_p, max_new_tokens]);
-}
-
-/** Comparison table rows; `ar` is the plain decoding run that speedups and identity refer to. */
-export function compareRows(results, ar) {
-  return results.map(({ label, finished }) => ({
-    label,
-    tokensPerS: finished.tokens_per_s,
-    tau: finished.tau,
-    delta: finished.delta,
-    steps: finished.steps,
-    speedup: ar && ar.tokens_per_s > 0 ? finished.tokens_per_s / ar.tokens_per_s : null,
-    identical: ar ? finished.text === ar.text : null,
-  }));
-}
-
 // ---------------------------------------------------------------- replay
 
+/** One event per JSON line. */
 export function parseTrace(text) {
   return text.split("\n").filter((line) => line.trim()).map((line) => JSON.parse(line));
 }
@@ -399,54 +283,4 @@ export function stepEnds(events) {
 export function replayDelay(event, speed = 1) {
   const base = { draft_layer: 450, tree: 500, verify: 900, step_metrics: 250 }[event.type] ?? 40;
   return base / speed;
-}
-
-// ---------------------------------------------------------------- forms and URL
-
-/** Labelled controls for a policy's parameters, from its JSON schema. */
-export function paramControls(schema) {
-  return Object.entries(schema?.properties ?? {}).map(([name, prop]) => ({
-    name,
-    label: prop.title ?? name,
-    kind: prop.type === "boolean" ? "boolean" : prop.type === "integer" ? "integer" : "number",
-    value: prop.default,
-    min: prop.minimum ?? prop.exclusiveMinimum ?? null,
-    max: prop.maximum ?? prop.exclusiveMaximum ?? null,
-    step: prop.type === "integer" ? 1 : "any",
-    description: prop.description ?? "",
-  }));
-}
-
-/** Reads a form control's string back to the schema's type; "" means the default. */
-export function coerceParam(control, raw) {
-  if (control.kind === "boolean") return Boolean(raw);
-  if (raw === "" || raw == null) return control.value;
-  const value = Number(raw);
-  return Number.isNaN(value) ? raw : value;
-}
-
-const URL_FIELDS = ["prompt", "policy", "seed", "temperature", "max_new_tokens"];
-
-/** A setup as a query string a lecturer can share: params go in as `p.<name>`. */
-export function encodeSetup(setup) {
-  const query = new URLSearchParams();
-  for (const key of URL_FIELDS) if (setup[key] != null && setup[key] !== "") query.set(key, String(setup[key]));
-  for (const [name, value] of Object.entries(setup.params ?? {})) query.set(`p.${name}`, String(value));
-  if (setup.trace) query.set("trace", setup.trace);
-  return query.toString();
-}
-
-export function decodeSetup(search) {
-  const query = new URLSearchParams(search);
-  const setup = { params: {} };
-  for (const key of URL_FIELDS) if (query.has(key)) setup[key] = query.get(key);
-  for (const key of ["seed", "temperature", "max_new_tokens"]) {
-    if (setup[key] != null && !Number.isNaN(Number(setup[key]))) setup[key] = Number(setup[key]);
-  }
-  for (const [key, value] of query) {
-    if (!key.startsWith("p.")) continue;
-    setup.params[key.slice(2)] = value === "true" ? true : value === "false" ? false : Number.isNaN(Number(value)) ? value : Number(value);
-  }
-  if (query.has("trace")) setup.trace = query.get("trace");
-  return setup;
 }

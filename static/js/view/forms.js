@@ -1,7 +1,7 @@
 // Policy pickers and their parameter controls, built from the server's JSON schemas.
 
-import { coerceParam, paramControls } from "./core.js";
-import { el } from "./render.js";
+import { coerceParam, paramControls } from "../model/setup.js";
+import { el } from "./dom.js";
 
 /** Fills a <select> with the policies, `selected` first chosen. */
 export function fillPolicySelect(select, schemas, selected) {

@@ -1,11 +1,14 @@
-// Pure front-end module: event folding, tree layout, formatting, URL state, comparison.
+// Pure front-end modules: event folding, tree layout, formatting, URL state, comparison.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import { compareRows } from "../../static/js/model/compare.js";
 import {
-  compareRows, decodeSetup, runSummary, describeNode, encodeSetup, foldEvents, layoutTree, outputSegments,
-  paramControls, shadeClass, splitRuns, stepEnds, tokenLabel, treeShape,
-} from "../../static/js/core.js";
+  describeNode, foldEvents, outputSegments, runSummary, splitRuns, stepEnds, treeShape,
+} from "../../static/js/model/events.js";
+import { shadeClass, tokenLabel } from "../../static/js/model/format.js";
+import { layoutTree } from "../../static/js/model/layout.js";
+import { decodeSetup, encodeSetup, paramControls } from "../../static/js/model/setup.js";
 
 const header = { schema_version: 1, run_id: "r1", policy: "talon" };
 

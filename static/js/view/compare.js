@@ -1,9 +1,15 @@
 // Compare mode: 2–4 panes, each its own policy and parameters, run one after another
 // on the same prompt and seed after an `ar` baseline, ending in a table.
 
-import { baselineKey, compareRows, foldEvents, formatNumber, layoutTree, runSummary } from "./core.js";
+import { compareRows } from "../model/compare.js";
+import { foldEvents, runSummary } from "../model/events.js";
+import { formatNumber } from "../model/format.js";
+import { layoutTree } from "../model/layout.js";
+import { baselineKey } from "../model/setup.js";
+import { barChart } from "./charts.js";
+import { el } from "./dom.js";
 import { fillPolicySelect, readParams, renderParams } from "./forms.js";
-import { barChart, el, renderTree } from "./render.js";
+import { renderTree } from "./tree.js";
 
 const DEFAULT_PANES = ["talon", "eagle", "chain", "talon"];
 const $ = (id) => document.getElementById(id);

@@ -1,11 +1,16 @@
-// Page wiring: form, live run, replay and keys. State lives in core.js folds; drawing in render.js.
+// Page wiring of /: form, live run, replay and keys. State lives in model/ folds; drawing in view/.
 
-import { baselineKey, decodeSetup, encodeSetup, foldEvents, layoutTree, parseTrace, runSummary, splitRuns } from "./core.js";
 import { Connection, RunFailed } from "./connection.js";
-import { CompareView } from "./compare.js";
-import { fillPolicySelect, markInvalid, readParams, renderParams } from "./forms.js";
-import { Player } from "./player.js";
-import { createTooltip, el, renderMetrics, renderOutput, renderTimeline, renderTree, resetTree } from "./render.js";
+import { foldEvents, parseTrace, runSummary, splitRuns } from "./model/events.js";
+import { layoutTree } from "./model/layout.js";
+import { baselineKey, decodeSetup, encodeSetup } from "./model/setup.js";
+import { foldPhase } from "./model/phases.js";
+import { PhasePlayer } from "./player.js";
+import { CompareView } from "./view/compare.js";
+import { el } from "./view/dom.js";
+import { fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
+import { renderMetrics, renderOutput, renderTimeline } from "./view/run.js";
+import { createTooltip, renderTree, resetTree } from "./view/tree.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -17,7 +22,7 @@ const page = {
                              (position) => showQueued(position)),
   tooltip: createTooltip($("tooltip")),
 };
-page.player = new Player(scheduleDraw);
+page.player = new PhasePlayer({ onChange: scheduleDraw });
 
 function setStatus(text, kind = "") {
   $("status").textContent = text;
@@ -47,14 +52,13 @@ function scheduleDraw() {
 
 function draw() {
   const { player } = page;
-  const run = foldEvents(player.events.slice(0, player.cursor));
-  const whole = player.cursor === player.events.length ? run : foldEvents(player.events);
-  const step = run.steps[run.steps.length - 1];
+  const { run, step } = foldPhase(player.events, player.phase);
+  const whole = foldEvents(player.events);
   if (step?.step !== shownStep) resetTree($("tree"));
   shownStep = step?.step ?? null;
   if (step) renderTree($("tree"), layoutTree(step), page.tooltip);
   else $("tree").replaceChildren();
-  renderTimeline($("step-timeline"), whole, run.steps.length - 1, (i) => player.seekStep(i));
+  renderTimeline($("step-timeline"), whole, player.phase?.stepIndex ?? -1, (i) => player.seekStep(i));
   $("play").textContent = player.playing ? "❚❚" : "▶";
   renderOutput($("output"), run);
   $("output").dataset.finished = String(Boolean(run.finished));
@@ -173,10 +177,10 @@ function onKey(event) {
   if (event.target.closest("button") && (event.key === " " || event.key === "Enter")) return;
   const actions = {
     " ": () => page.player.toggle(),
-    ArrowRight: () => page.player.forward(),
-    ArrowLeft: () => page.player.back(),
-    r: () => page.player.reset(),
-    R: () => page.player.reset(),
+    ArrowRight: () => (event.shiftKey ? page.player.nextStep() : page.player.next()),
+    ArrowLeft: () => (event.shiftKey ? page.player.prevStep() : page.player.prev()),
+    Home: () => page.player.home(),
+    End: () => page.player.end(),
     Escape: () => page.tooltip.unpin(),
   };
   const action = actions[event.key];

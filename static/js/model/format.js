@@ -1,0 +1,35 @@
+// Number, probability and token formatting, shared by every view. No DOM.
+
+export const STATUSES = ["kept", "pruned", "accepted", "rejected", "recovered", "bonus"];
+
+const VISIBLE_WHITESPACE = { " ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍" };
+
+/** A token's text with whitespace made visible, for node labels: " the\n" -> "␣the↵". */
+export function tokenLabel(text) {
+  if (text === "" || text == null) return "∅";
+  return Array.from(text, (ch) => VISIBLE_WHITESPACE[ch] ?? ch).join("");
+}
+
+/** Shortens a label to `max` characters, marking the cut. */
+export function truncate(label, max = 9) {
+  const chars = Array.from(label);
+  return chars.length <= max ? label : chars.slice(0, max - 1).join("") + "…";
+}
+
+export function formatNumber(value, digits = 2) {
+  if (value == null || Number.isNaN(value)) return "–";
+  if (Math.abs(value) >= 1000) return Math.round(value).toLocaleString("en-US");
+  return Number(value).toFixed(digits);
+}
+
+/** Probabilities span many decades; small ones read better in scientific notation. */
+export function formatProbability(value) {
+  if (value == null) return "–";
+  if (value === 0) return "0";
+  return value >= 0.001 ? value.toFixed(4) : value.toExponential(2);
+}
+
+/** A CSS shade class from the number of accepted drafts in a step: 0..8, 8 meaning 8 or more. */
+export function shadeClass(accepted) {
+  return accepted == null ? "shade-none" : `shade-${Math.min(8, Math.max(0, accepted))}`;
+}
