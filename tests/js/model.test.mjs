@@ -2,7 +2,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { compareRows } from "../../static/js/model/compare.js";
 import {
   describeNode, foldEvents, outputSegments, runSummary, splitRuns, stepEnds, treeShape,
 } from "../../static/js/model/events.js";
@@ -129,15 +128,6 @@ test("param_controls_carry_schema_defaults_and_bounds", () => {
   const schema = { properties: { mu: { type: "number", default: 0.03, exclusiveMinimum: 0, maximum: 1, title: "Mu", description: "gate (μ)" } } };
   const [mu] = paramControls(schema);
   assert.deepEqual([mu.name, mu.value, mu.min, mu.max, mu.kind], ["mu", 0.03, 0, 1, "number"]);
-});
-
-test("compare_rows_give_speedup_and_identity_against_ar", () => {
-  const ar = { tokens_per_s: 10, text: "abc", tau: 1, delta: 0, steps: 3 };
-  const rows = compareRows([{ label: "talon", finished: { tokens_per_s: 25, text: "abc", tau: 3, delta: 4, steps: 1 } },
-                            { label: "eagle", finished: { tokens_per_s: 20, text: "abd", tau: 2, delta: 7, steps: 2 } }], ar);
-  assert.equal(rows[0].speedup, 2.5);
-  assert.equal(rows[0].identical, true);
-  assert.equal(rows[1].identical, false);
 });
 
 test("replay_helpers_split_runs_and_find_step_ends", () => {

@@ -1,4 +1,12 @@
 // Setup and view state: policy form controls from schemas, and the URL a lecturer shares. No DOM.
+//
+// A link is `?<query>#setup=<packed>`. The query holds the setup (prompt, policy, p.<param>, seed,
+// temperature, max_new_tokens), the view (lecture's keys) and compare mode (`compare`, `align`).
+// A long prompt would make the query longer than a server accepts (9 000 CJK characters are 81 000
+// characters percent-encoded), so past MAX_QUERY characters the setup moves into the fragment,
+// which browsers never send: JSON, deflated where the browser can, in base64url. Values read from
+// a URL are checked against the policies' schemas and the form's bounds (`checkSetup`), and every
+// one replaced by its default is named, never dropped silently.
 
 /** The settings that must match for two runs' speeds and outputs to be compared. */
 export function baselineKey(request) {
@@ -29,6 +37,16 @@ export function coerceParam(control, raw) {
 }
 
 const URL_FIELDS = ["prompt", "policy", "seed", "temperature", "max_new_tokens"];
+
+/** The form's bounds, as the server's GenerationRequest checks them. */
+export const SETUP_LIMITS = {
+  prompt: { maxLength: 32000 },
+  temperature: { min: 0, max: 5, integer: false },
+  seed: { min: 0, max: Number.MAX_SAFE_INTEGER, integer: true },
+  max_new_tokens: { min: 1, max: 8192, integer: true },
+};
+
+export const SETUP_DEFAULTS = { policy: "talon", temperature: 0, seed: 0, max_new_tokens: 64 };
 
 /** A setup as a query string a lecturer can share: params go in as `p.<name>`. */
 export function encodeSetup(setup) {
@@ -78,4 +96,175 @@ export function decodeView(search) {
   for (const key of VIEW_KEYS) if (query.has(key)) view[key] = query.get(key);
   view.present = query.get("present") === "1";
   return view;
+}
+
+// ---------------------------------------------------------------- checking what a URL asked for
+
+/**
+ * A setup from a URL made safe for the form: unknown policies and parameters, and values out of
+ * bounds, are replaced by defaults. Returns { setup, problems } with one sentence per replacement.
+ */
+export function checkSetup(setup, schemas, defaults = SETUP_DEFAULTS) {
+  const problems = [];
+  const out = { ...setup, params: {} };
+  if (setup.policy != null && !(setup.policy in schemas)) {
+    problems.push(`unknown policy "${setup.policy}" (using ${defaults.policy}; known: ${Object.keys(schemas).join(", ")})`);
+    out.policy = defaults.policy;
+  }
+  for (const key of ["temperature", "seed", "max_new_tokens"]) {
+    if (setup[key] == null) continue;
+    const problem = boundsProblem(setup[key], SETUP_LIMITS[key]);
+    if (problem) {
+      problems.push(`${key} ${problem} (using ${defaults[key]})`);
+      out[key] = defaults[key];
+    }
+  }
+  if (typeof setup.prompt === "string" && setup.prompt.length > SETUP_LIMITS.prompt.maxLength) {
+    problems.push(`the prompt is ${setup.prompt.length} characters; the form takes ${SETUP_LIMITS.prompt.maxLength} (cut there)`);
+    out.prompt = setup.prompt.slice(0, SETUP_LIMITS.prompt.maxLength);
+  }
+  const policy = out.policy ?? defaults.policy;
+  const checked = checkParams(policy, setup.params ?? {}, schemas);
+  out.params = checked.params;
+  problems.push(...checked.problems);
+  return { setup: out, problems };
+}
+
+/** A policy's parameters checked against its schema; unknown or out-of-range ones dropped for the default. */
+export function checkParams(policy, params, schemas) {
+  const controls = new Map(paramControls(schemas[policy]).map((c) => [c.name, c]));
+  const out = {};
+  const problems = [];
+  for (const [name, value] of Object.entries(params)) {
+    const control = controls.get(name);
+    if (!control) {
+      problems.push(`${policy} has no parameter "${name}" (ignored)`);
+      continue;
+    }
+    const problem = paramProblem(control, value, schemas[policy].properties[name]);
+    if (problem) problems.push(`${policy} ${name} ${problem} (using the default ${control.value})`);
+    else out[name] = value;
+  }
+  return { params: out, problems };
+}
+
+function boundsProblem(value, { min, max, integer }) {
+  if (typeof value !== "number" || !Number.isFinite(value)) return `"${value}" is not a number`;
+  if (integer && !Number.isInteger(value)) return `${value} is not a whole number`;
+  if (value < min || value > max) return `${value} is outside ${min}–${max}`;
+  return null;
+}
+
+function paramProblem(control, value, prop) {
+  if (control.kind === "boolean") return typeof value === "boolean" ? null : `"${value}" is not true or false`;
+  if (typeof value !== "number" || !Number.isFinite(value)) return `"${value}" is not a number`;
+  if (control.kind === "integer" && !Number.isInteger(value)) return `${value} is not a whole number`;
+  const low = prop.minimum ?? prop.exclusiveMinimum;
+  const high = prop.maximum ?? prop.exclusiveMaximum;
+  const tooLow = prop.minimum != null ? value < prop.minimum : prop.exclusiveMinimum != null && value <= prop.exclusiveMinimum;
+  const tooHigh = prop.maximum != null ? value > prop.maximum : prop.exclusiveMaximum != null && value >= prop.exclusiveMaximum;
+  if (tooLow || tooHigh) return `${value} is outside ${low ?? "−∞"}–${high ?? "∞"}`;
+  return null;
+}
+
+// ---------------------------------------------------------------- compare mode in the URL
+
+/**
+ * Compare mode: `compare` lists the panes as the bench writes policies (`talon:mu=0.05,eagle`);
+ * `compare=1` means the default panes (or, with a trace, its recorded runs); `align=tokens` aligns
+ * panes by tokens emitted instead of by step.
+ */
+export function encodeCompare(compare, query = new URLSearchParams()) {
+  query.delete("compare");
+  query.delete("align");
+  if (!compare) return query;
+  const panes = (compare.panes ?? []).map(encodePane).join(",");
+  query.set("compare", panes || "1");
+  if (compare.align === "tokens") query.set("align", "tokens");
+  return query;
+}
+
+export function decodeCompare(search) {
+  const query = new URLSearchParams(search);
+  if (!query.has("compare")) return null;
+  const value = query.get("compare");
+  const panes = value === "1" || value === "" ? [] : value.split(",").filter(Boolean).map(decodePane);
+  return { panes, align: query.get("align") === "tokens" ? "tokens" : "step" };
+}
+
+/** {policy: "talon", params: {mu: 0.05}} <-> "talon:mu=0.05". */
+export function encodePane(pane) {
+  return [pane.policy, ...Object.entries(pane.params ?? {}).map(([k, v]) => `${k}=${v}`)].join(":");
+}
+
+export function decodePane(text) {
+  const [policy, ...pairs] = text.split(":");
+  const params = {};
+  for (const pair of pairs) {
+    const [key, value] = pair.split("=");
+    if (key && value != null) params[key] = parseValue(value);
+  }
+  return { policy, params };
+}
+
+function parseValue(value) {
+  if (value === "true" || value === "false") return value === "true";
+  return value.trim() !== "" && !Number.isNaN(Number(value)) ? Number(value) : value;
+}
+
+// ---------------------------------------------------------------- links of any length
+
+export const MAX_QUERY = 1500;
+
+/**
+ * The link for a setup, a view and compare mode: "?query" while it is short, else the setup packed
+ * into "#setup=…" and only the view and compare keys in the query.
+ */
+export async function encodeLink({ setup = null, view = {}, compare = null } = {}, maxQuery = MAX_QUERY) {
+  const rest = encodeCompare(compare, encodeView(view));
+  const full = new URLSearchParams(setup ? encodeSetup(setup) : "");
+  for (const [key, value] of rest) full.set(key, value);
+  const text = full.toString();
+  if (text.length <= maxQuery) return text ? `?${text}` : "";
+  const short = rest.toString();
+  return `${short ? `?${short}` : ""}#setup=${await pack(setup)}`;
+}
+
+/** The setup of a link: the fragment's packed setup where there is one, else the query's. */
+export async function decodeLink(search, hash) {
+  const packed = new URLSearchParams(String(hash ?? "").replace(/^#/, "")).get("setup");
+  const setup = packed ? await unpack(packed) : decodeSetup(search);
+  return { setup: { params: {}, ...setup }, view: decodeView(search), compare: decodeCompare(search) };
+}
+
+/** JSON -> "z." + base64url(deflate-raw(UTF-8)) where the platform deflates, else "b." + base64url(UTF-8). */
+export async function pack(value) {
+  const bytes = new TextEncoder().encode(JSON.stringify(value));
+  if (typeof CompressionStream === "undefined") return `b.${toBase64Url(bytes)}`;
+  const deflated = await streamBytes(bytes, new CompressionStream("deflate-raw"));
+  return `z.${toBase64Url(deflated)}`;
+}
+
+export async function unpack(text) {
+  const [kind, body] = [text.slice(0, 2), text.slice(2)];
+  let bytes = fromBase64Url(body);
+  if (kind === "z.") bytes = await streamBytes(bytes, new DecompressionStream("deflate-raw"));
+  else if (kind !== "b.") throw new Error("this link's setup is in an unknown format");
+  return JSON.parse(new TextDecoder().decode(bytes));
+}
+
+async function streamBytes(bytes, transform) {
+  const stream = new Blob([bytes]).stream().pipeThrough(transform);
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+
+function toBase64Url(bytes) {
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+function fromBase64Url(text) {
+  const binary = atob(text.replaceAll("-", "+").replaceAll("_", "/"));
+  return Uint8Array.from(binary, (ch) => ch.charCodeAt(0));
 }

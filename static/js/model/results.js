@@ -1,0 +1,101 @@
+// A `specscope bench` results.json -> what the /results page draws. The same series as tools/plots.py,
+// so the page and `bench --plots` show the same charts. No DOM.
+
+import { SHORT_DTYPE, nearTieBound } from "./compare.js";
+
+const HF_BASELINES = ["hf-generate", "hf-prompt-lookup"];
+
+// Okabe–Ito, as tools/plots.py: told apart under the common colour-vision deficiencies.
+export const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#882255", "#000000"];
+export const BASELINE_GREY = "#8c8c8c";
+export const AR_GREY = "#4d4d4d";
+
+export function isBaseline(label) {
+  return HF_BASELINES.includes(String(label).split(":")[0]);
+}
+
+/** Checks that `data` is a bench report this page can draw; throws an Error saying what is missing. */
+export function checkReport(data) {
+  if (!data || typeof data !== "object" || Array.isArray(data)) throw new Error("not a JSON object");
+  if (!Array.isArray(data.results) || !data.results.length) throw new Error("no \"results\" list: is this a specscope bench results.json?");
+  for (const [i, r] of data.results.entries()) {
+    if (typeof r.policy !== "string") throw new Error(`results[${i}] has no policy`);
+    if (typeof r.tokens_per_s !== "number") throw new Error(`results[${i}] (${r.policy}) has no tokens_per_s`);
+  }
+  if (!data.results.some((r) => r.policy === "ar")) throw new Error("no ar result: speedups need the baseline");
+  return data;
+}
+
+/** One colour per policy label, stable across charts: ar dark grey, Hugging Face grey, the rest in turn. */
+export function coloursOf(results) {
+  const colours = {};
+  let drafting = 0;
+  for (const { policy } of results) {
+    if (policy === "ar") colours[policy] = AR_GREY;
+    else if (isBaseline(policy)) colours[policy] = BASELINE_GREY;
+    else colours[policy] = PALETTE[drafting++ % PALETTE.length];
+  }
+  return colours;
+}
+
+/** [{label, value, baseline}] in the report's order; ar reads 1.00 by definition. */
+export function speedupSeries(report) {
+  return report.results.map((r) => ({
+    label: r.policy, value: r.policy === "ar" ? 1 : r.speedup_vs_ar ?? null, baseline: isBaseline(r.policy),
+  }));
+}
+
+/** Categories and, per drafting policy, τ in each (null where a category had no steps). */
+export function tauByCategorySeries(report) {
+  const categories = report.categories ?? [];
+  const series = report.results
+    .filter((r) => r.tau != null && r.policy !== "ar")
+    .map((r) => ({ label: r.policy, values: categories.map((c) => r.by_category?.[c]?.tau ?? null) }));
+  return { categories, series };
+}
+
+/** Per drafting policy, one point per verified tree size: mean tokens emitted by its steps, and how many. */
+export function tauVsSizeSeries(report) {
+  return report.results
+    .filter((r) => r.tau != null && r.policy !== "ar" && r.tree_sizes?.length)
+    .map((r) => ({ label: r.policy,
+                   points: r.tree_sizes.map(([size, steps, emitted]) => ({ size, steps, tau: emitted / steps })) }));
+}
+
+/** n and, per measured context, time(n) / time(1); null where the run had no cost table. */
+export function costSeries(report) {
+  const curve = report.cost_curve;
+  if (!curve) return null;
+  return { ns: curve.ns, source: curve.source ?? "measured",
+           lines: curve.contexts.map((context, i) => ({ context, ratio: curve.ratio[i] })) };
+}
+
+/** The run in one line: what, where, how much. */
+export function describeReport(report) {
+  const parts = [`target ${report.target}`, report.drafter ? `drafter ${report.drafter}` : null,
+                 `${report.device} ${report.dtype}`, `${report.prompts} prompts × ${report.max_new_tokens} new tokens`,
+                 `temperature ${report.temperature}`];
+  return parts.filter(Boolean).join(" · ");
+}
+
+/** The summary table: one row per policy, with equality spelled out. */
+export function summaryRows(report) {
+  return report.results.map((r) => ({
+    policy: r.policy, tau: r.tau, delta: r.delta, c: r.c, tokensPerS: r.tokens_per_s,
+    speedup: r.policy === "ar" ? 1 : r.speedup_vs_ar, steps: r.steps,
+    equality: equalityText(r, report.dtype),
+  }));
+}
+
+function equalityText(result, dtype) {
+  if (result.identical_to_ar == null) return "—";
+  if (result.identical_to_ar) return "identical";
+  const divergences = result.divergences ?? [];
+  const where = `${divergences.length} prompt${divergences.length === 1 ? "" : "s"}`;
+  const gaps = divergences.map((d) => d.top2_gap);
+  if (!gaps.length || gaps.some((g) => g == null)) return `differs on ${where}`;
+  const widest = Math.max(...gaps);
+  const name = SHORT_DTYPE[dtype] ?? dtype;
+  if (widest <= nearTieBound(dtype)) return `same up to ${name} near-ties on ${where} (top-2 gaps ≤ ${widest.toFixed(3)})`;
+  return `differs on ${where} (top-2 gaps up to ${widest.toFixed(3)}, above the ${name} near-tie bound ${nearTieBound(dtype)})`;
+}

@@ -1,0 +1,65 @@
+// results.json -> the /results page's series, and the axes' ticks.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  checkReport, coloursOf, costSeries, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
+} from "../../static/js/model/results.js";
+import { linear, log2, niceMax, niceTicks } from "../../static/js/model/scale.js";
+
+const REPORT = {
+  target: "t", drafter: "hybrid", device: "cpu", dtype: "bfloat16", prompts: 2, max_new_tokens: 8, temperature: 0,
+  categories: ["writing", "coding"],
+  cost_curve: { source: "measured", ns: [1, 2, 4], contexts: [128, 512], ms: [[10, 11, 14], [12, 13, 18]],
+                ratio: [[1, 1.1, 1.4], [1, 13 / 12, 1.5]] },
+  results: [
+    { policy: "ar", tau: 1, delta: 0, c: null, tokens_per_s: 20, speedup_vs_ar: 1, steps: 16, identical_to_ar: true,
+      divergences: [], by_category: { writing: { tau: 1 }, coding: { tau: 1 } }, tree_sizes: [[0, 16, 16]] },
+    { policy: "hf-generate", tau: null, delta: null, c: null, tokens_per_s: 21, speedup_vs_ar: 1.05, steps: null,
+      identical_to_ar: true, divergences: [], by_category: { writing: { tau: null } }, tree_sizes: [] },
+    { policy: "talon", tau: 2.5, delta: 4, c: 0.03, tokens_per_s: 30, speedup_vs_ar: 1.5, steps: 6,
+      identical_to_ar: false, divergences: [{ question_id: 1, position: 3, top2_gap: 0.125 }],
+      by_category: { writing: { tau: 3 }, coding: { tau: 2 } }, tree_sizes: [[10, 2, 6], [20, 4, 9]] },
+  ],
+};
+
+test("a_report_without_results_or_ar_is_refused_with_a_reason", () => {
+  assert.throws(() => checkReport([]), /not a JSON object/);
+  assert.throws(() => checkReport({ results: [] }), /no "results" list/);
+  assert.throws(() => checkReport({ results: [{ policy: "talon", tokens_per_s: 1 }] }), /no ar result/);
+  assert.equal(checkReport(REPORT), REPORT);
+});
+
+test("series_match_the_bench_plots", () => {
+  assert.deepEqual(speedupSeries(REPORT).map((b) => [b.label, b.value, b.baseline]),
+                   [["ar", 1, false], ["hf-generate", 1.05, true], ["talon", 1.5, false]]);
+  assert.deepEqual(tauByCategorySeries(REPORT), { categories: ["writing", "coding"],
+                                                  series: [{ label: "talon", values: [3, 2] }] });
+  assert.deepEqual(tauVsSizeSeries(REPORT), [{ label: "talon", points: [{ size: 10, steps: 2, tau: 3 },
+                                                                          { size: 20, steps: 4, tau: 2.25 }] }]);
+  assert.deepEqual(costSeries(REPORT).lines.map((l) => l.context), [128, 512]);
+  assert.equal(costSeries({ ...REPORT, cost_curve: null }), null);
+  const colours = coloursOf(REPORT.results);
+  assert.notEqual(colours.talon, colours["hf-generate"]);
+});
+
+test("summary_rows_spell_equality_out", () => {
+  const rows = summaryRows(REPORT);
+  assert.equal(rows[0].speedup, 1);
+  assert.equal(rows[0].equality, "identical");
+  assert.equal(rows[2].equality, "same up to bf16 near-ties on 1 prompt (top-2 gaps ≤ 0.125)");
+  const far = summaryRows({ ...REPORT, results: [{ ...REPORT.results[2],
+    divergences: [{ question_id: 1, position: 3, top2_gap: 2 }] }] });
+  assert.equal(far[0].equality, "differs on 1 prompt (top-2 gaps up to 2.000, above the bf16 near-tie bound 0.5)");
+});
+
+test("ticks_are_round_and_scales_map_ends_to_ends", () => {
+  assert.deepEqual(niceTicks(0, 1.32), [0, 0.5, 1, 1.5]);
+  assert.deepEqual(niceTicks(0, 7), [0, 2, 4, 6, 8]);
+  assert.equal(niceMax([3, 7]), 8);
+  assert.equal(niceMax([]), 1);
+  const y = linear(0, 10, 100, 0);
+  assert.deepEqual([y(0), y(5), y(10)], [100, 50, 0]);
+  const x = log2(1, 128, 0, 70);
+  assert.deepEqual([x(1), x(2), x(128)], [0, 10, 70]);
+});
