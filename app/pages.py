@@ -13,6 +13,7 @@ from engine.policies import policy_schemas
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES_DIR = ROOT / "static" / "traces"
+RESULTS_DIR = ROOT / "static" / "results"
 templates = Jinja2Templates(directory=ROOT / "templates")
 router = APIRouter()
 
@@ -20,6 +21,13 @@ router = APIRouter()
 @router.get("/", response_class=HTMLResponse)
 async def index(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(request, "index.html", {"server": describe_engine(request.app.state.engine)})
+
+
+@router.get("/results", response_class=HTMLResponse)
+async def results(request: Request) -> HTMLResponse:
+    """`specscope bench` results drawn as charts: the shipped ones, or a results.json the user opens."""
+    shipped = [{"name": path.stem, "url": f"/static/results/{path.name}"} for path in sorted(RESULTS_DIR.glob("*.json"))]
+    return templates.TemplateResponse(request, "results.html", {"shipped": shipped})
 
 
 @router.get("/api/policies")

@@ -1,0 +1,116 @@
+// Wiring of /results: a bench results.json, shipped or opened from disk, drawn as a table and four charts.
+
+import { formatNumber } from "./model/format.js";
+import {
+  PALETTE, checkReport, coloursOf, costSeries, describeReport, speedupSeries, summaryRows, tauByCategorySeries,
+  tauVsSizeSeries,
+} from "./model/results.js";
+import { costChart, speedupChart, tauByCategoryChart, tauVsSizeChart } from "./view/charts.js";
+import { el } from "./view/dom.js";
+
+const $ = (id) => document.getElementById(id);
+
+function setStatus(text, kind = "") {
+  $("results-status").textContent = text;
+  $("results-status").className = `status ${kind}`;
+}
+
+let shown = null; // the report on screen, redrawn when the charts' width changes
+
+function show(report, source) {
+  checkReport(report);
+  shown = report;
+  $("results-meta").textContent = describeReport(report);
+  renderTable(report);
+  drawCharts();
+  setStatus(`showing ${source}`, "done");
+}
+
+// Charts are drawn at the width they get (one or two per row), so their text keeps its size on a phone.
+function chartWidth() {
+  const box = $("results-charts");
+  const gap = 16;
+  const columns = Math.max(1, Math.floor((box.clientWidth + gap) / (520 + gap)));
+  return Math.round((box.clientWidth - gap * (columns - 1)) / columns - 28);
+}
+
+function drawCharts() {
+  if (!shown) return;
+  const colours = coloursOf(shown.results);
+  const size = { width: Math.max(280, chartWidth()) };
+  $("results-charts").dataset.width = String(size.width);
+  $("results-charts").replaceChildren(
+    speedupChart(speedupSeries(shown), colours, size),
+    tauByCategoryChart(tauByCategorySeries(shown), colours, size),
+    tauVsSizeChart(tauVsSizeSeries(shown), colours, size),
+    costChart(costSeries(shown), PALETTE, size),
+  );
+}
+
+let resizeTimer = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => {
+    if (String(Math.max(280, chartWidth())) !== $("results-charts").dataset.width) drawCharts();
+  }, 150);
+});
+
+function renderTable(report) {
+  const body = $("results-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const row of summaryRows(report)) {
+    const tr = el("tr", { "data-policy": row.policy });
+    const cells = [row.policy, formatNumber(row.tau), formatNumber(row.delta), formatNumber(row.c, 3),
+                   formatNumber(row.tokensPerS, 1), row.speedup == null ? "–" : `${formatNumber(row.speedup)}×`,
+                   row.steps == null ? "–" : String(row.steps), row.equality];
+    for (const text of cells) tr.append(el("td", {}, text));
+    tr.lastChild.classList.add("equality");
+    body.append(tr);
+  }
+}
+
+async function loadShipped(url) {
+  if (!url) {
+    setStatus("no results are shipped with this server: open a results.json", "");
+    return;
+  }
+  try {
+    const response = await fetch(url);
+    if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
+    show(await response.json(), url.split("/").pop());
+  } catch (err) {
+    setStatus(`cannot show ${url}: ${err.message}`, "error");
+  }
+}
+
+async function loadFile(file) {
+  try {
+    show(JSON.parse(await file.text()), file.name);
+  } catch (err) {
+    setStatus(`cannot show ${file.name}: ${err.message}`, "error");
+  }
+}
+
+function start() {
+  const picker = $("results-shipped");
+  const shipped = [...picker.options].filter((option) => option.value);
+  const wanted = new URLSearchParams(location.search).get("file");
+  const match = shipped.find((option) => option.textContent === wanted);
+  if (match) picker.value = match.value;
+  picker.addEventListener("change", () => {
+    history.replaceState(null, "", `?file=${encodeURIComponent(picker.selectedOptions[0].textContent)}`);
+    loadShipped(picker.value);
+  });
+  $("results-upload").addEventListener("change", (event) => {
+    const [file] = event.target.files;
+    if (file) loadFile(file);
+  });
+  loadShipped(picker.value).then(() => {
+    if (wanted && !match) {
+      const names = shipped.map((option) => option.textContent).join(", ") || "none";
+      setStatus(`no shipped results named "${wanted}" (shipped: ${names}); showing the first`, "error");
+    }
+  });
+}
+
+start();
