@@ -45,3 +45,10 @@ export function log2(low, high, start, end) {
 export function tickText(value) {
   return String(Math.round(value * 100) / 100);
 }
+
+/** The top of a y axis for counts up to `max`: the count itself when small, else a round number above it. */
+export function axisTop(max, count = 4) {
+  if (max <= count) return Math.max(1, Math.ceil(max));
+  const ticks = niceTicks(0, max, count);
+  return ticks[ticks.length - 1];
+}

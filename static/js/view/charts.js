@@ -34,7 +34,7 @@ export function axisX(chart, scale, ticks, label, format = tickText) {
     group.append(svgEl("line", { x1: x, y1: y0, x2: x, y2: y0 + 4, class: "tick-mark" }),
                  svgEl("text", { x, y: y0 + 16, "text-anchor": "middle", class: "tick" }, format(tick)));
   }
-  group.append(svgEl("text", { x: (x0 + x1) / 2, y: chart.height - 8, "text-anchor": "middle", class: "axis-label" }, label));
+  group.append(svgEl("text", { x: (x0 + x1) / 2, y: chart.height - 4, "text-anchor": "middle", class: "axis-label" }, label));
   chart.svg.append(group);
 }
 
@@ -202,10 +202,8 @@ export function costChart(data, palette, { width = 640 } = {}) {
  * The current step is marked; a click picks a step. `data-ymax` holds the top of the y axis.
  */
 export function stepChart({ title, values, steps, yMax, current = -1, onPick = null, kind = "", testid = null,
-                            yLabel = "" }) {
-  const width = 300;
-  const height = 120;
-  const chart = frame({ title, width, height, left: 34, right: 8, top: 8, bottom: 30, testid, kind: `step-chart ${kind}` });
+                            yLabel = "", width = 300, height = 118 }) {
+  const chart = frame({ title, width, height, left: 40, right: 8, top: 8, bottom: 36, testid, kind: `step-chart ${kind}` });
   chart.svg.setAttribute("data-ymax", String(yMax));
   chart.svg.setAttribute("data-steps", String(steps));
   const { x0, x1, y0, y1 } = chart.plot;
@@ -250,8 +248,8 @@ function pickByX(svg, x0, band, steps, onPick, label) {
  * layer; the accepted depth darker), all at one scale, so deep-narrow and shallow-wide read at a glance.
  */
 export function silhouetteStrip(steps, { maxDepth, maxWidth, current = -1, onPick = null }) {
-  const cell = 14;
-  const rowHeight = Math.max(2, Math.min(6, 48 / Math.max(maxDepth, 1)));
+  const cell = 18;
+  const rowHeight = Math.max(2, Math.min(8, 60 / Math.max(maxDepth, 1)));
   const height = rowHeight * Math.max(maxDepth, 1) + 4;
   const width = cell * Math.max(steps.length, 1);
   const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, width, height, class: "silhouettes", role: "img",

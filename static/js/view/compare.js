@@ -1,217 +1,465 @@
-// Compare mode: 2–4 panes, each its own policy and parameters, run one after another
-// on the same prompt and seed after an `ar` baseline, ending in a table.
+// Compare mode: 2–4 panes, each a policy with its parameters, on the same prompt and seed, with ar as
+// the baseline. One player moves every pane (one PhasePlayer per pane in a PlayerGroup): the same
+// step number, or the step that produced the same output position ("align by tokens emitted").
+// Each pane draws its tree, its per-step depth, width and tree size on axes shared by every pane,
+// and a strip of every step's silhouette; the table says how each policy did against ar.
 
-import { compareRows } from "../model/compare.js";
-import { foldEvents, runSummary } from "../model/events.js";
+import {
+  alignByTokens, leaderIndex, runFacts, sharedScales, tableRows,
+} from "../model/compare.js";
 import { formatNumber } from "../model/format.js";
 import { layoutTree } from "../model/layout.js";
+import { foldPhase, phaseTitle } from "../model/phases.js";
+import { axisTop } from "../model/scale.js";
 import { baselineKey } from "../model/setup.js";
-import { barChart } from "./charts.js";
-import { el } from "./dom.js";
-import { fillPolicySelect, readParams, renderParams } from "./forms.js";
-import { renderTree } from "./tree.js";
+import { PhasePlayer, PlayerGroup, sameStepAndPhase } from "../player.js";
+import { silhouetteStrip, stepChart } from "./charts.js";
+import { el, svgEl } from "./dom.js";
+import { describePolicy, fillPolicySelect, readParams, renderParams } from "./forms.js";
+import { createTooltip, renderTree, resetTree } from "./tree.js";
 
-const DEFAULT_PANES = ["talon", "eagle", "chain", "talon"];
+const DEFAULT_PANES = ["talon", "eagle", "chain", "cast"];
+const MAX_PANES = 4;
+const MIN_PANES = 2;
+// Where a pane opens: step 1, drawn whole (its verdicts and the emitted token).
+const STEP_ONE = { stepIndex: 0, name: "commit", layer: null, walked: 0 };
 const $ = (id) => document.getElementById(id);
 
+export const REPLAY_ONLY_REASON = "This server replays recorded runs only: it loaded no model, so nothing can run here. "
+  + "Start `specscope serve` without --replay-only to run.";
+
 export class CompareView {
-  constructor({ schemas, connection, readSetup, baselines, setRunning }) {
-    Object.assign(this, { schemas, connection, readSetup, baselines, setRunning });
+  /**
+   * `readSetup()` gives the form's prompt, seed, temperature and max tokens; `setRunning(bool)` tells the
+   * page a run holds the connection; `onChange()` is told when panes, alignment or position change (for the URL).
+   */
+  constructor({ schemas, connection, readSetup, baselines, setRunning, replayOnly = false, onChange = () => {} }) {
+    Object.assign(this, { schemas, connection, readSetup, baselines, setRunning, replayOnly, onChange });
     this.panes = [];
-    this.stopped = false;
+    this.baseline = null; // ar's runFacts
+    this.recorded = false;
     this.busy = false;
+    this.stopped = false;
+    this.group = new PlayerGroup([], { onChange: () => this.scheduleDraw(), align: sameStepAndPhase });
+    this.bindControls();
+    this.addPane();
+    this.addPane();
+    if (replayOnly) this.markReplayOnly();
+  }
+
+  get open() {
+    return !$("compare").hidden;
+  }
+
+  /** What the URL keeps of compare mode: the panes' policies and parameters, and the alignment. */
+  state() {
+    return { panes: this.recorded ? [] : this.panes.map((pane) => ({ policy: pane.policy(), params: pane.params() })),
+             align: $("compare-align").checked ? "tokens" : "step" };
+  }
+
+  /** The leader's position, 1-based step, for the URL. */
+  step() {
+    const phase = this.group.leader?.phase;
+    return phase ? phase.stepIndex + 1 : null;
+  }
+
+  // ---------------------------------------------------------------- controls
+
+  bindControls() {
     $("compare-add").addEventListener("click", () => this.addPane());
     $("compare-remove").addEventListener("click", () => this.removePane());
     $("compare-run").addEventListener("click", () => this.run());
     $("compare-stop").addEventListener("click", () => this.stop());
-    this.addPane();
-    this.addPane();
+    const press = (id, action) => $(id).addEventListener("click", (event) => {
+      event.currentTarget.blur(); // Space then belongs to the player, not to the button that kept focus
+      action();
+    });
+    press("compare-prev-step", () => this.group.prevStep());
+    press("compare-prev", () => this.group.prev());
+    press("compare-play", () => this.group.toggle());
+    press("compare-next", () => this.group.next());
+    press("compare-next-step", () => this.group.nextStep());
+    $("compare-step").addEventListener("input", (event) => {
+      this.group.seekStep(Number(event.target.value) - 1, this.group.leader?.position() ?? STEP_ONE);
+    });
+    $("compare-align").addEventListener("change", () => this.realign());
+    // Compare mode takes the player's keys before the single view sees them.
+    window.addEventListener("keydown", (event) => this.onKey(event), true);
   }
 
-  toggle() {
-    const open = $("compare").hidden;
+  onKey(event) {
+    if (!this.open || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.closest?.("input, textarea, select")) return;
+    if (event.target.closest?.("button") && (event.key === " " || event.key === "Enter")) return;
+    const group = this.group;
+    const actions = {
+      " ": () => group.toggle(),
+      ArrowRight: () => (event.shiftKey ? group.nextStep() : group.next()),
+      ArrowLeft: () => (event.shiftKey ? group.prevStep() : group.prev()),
+      Home: () => group.home(),
+      End: () => group.end(),
+    };
+    const action = actions[event.key];
+    if (!action) return;
+    event.preventDefault();
+    event.stopPropagation();
+    action();
+  }
+
+  markReplayOnly() {
+    for (const id of ["compare-run", "compare-add", "compare-remove"]) {
+      $(id).disabled = true;
+      $(id).title = REPLAY_ONLY_REASON;
+    }
+    this.setStatus("Replay only: choose a recorded comparison under “Replay a recorded run” (no model is loaded here).", "");
+  }
+
+  toggle(open = !this.open) {
     $("compare").hidden = !open;
     document.body.classList.toggle("comparing", open);
     $("compare-toggle").setAttribute("aria-pressed", String(open));
     $("compare-toggle").textContent = open ? "Back to a single run" : "Compare policies";
+    this.onChange();
   }
 
   setBusy(busy) {
     this.busy = busy;
+    $("compare-stop").disabled = !busy;
+    if (this.replayOnly) return;
     $("compare-run").disabled = busy;
-    $("compare-add").disabled = busy || this.panes.length >= 4;
-    $("compare-remove").disabled = busy || this.panes.length <= 2;
+    $("compare-add").disabled = busy || this.panes.length >= MAX_PANES;
+    $("compare-remove").disabled = busy || this.panes.length <= MIN_PANES;
   }
 
-  addPane() {
-    if (this.panes.length >= 4) return;
-    const pane = new Pane(this.schemas, DEFAULT_PANES[this.panes.length], this.panes.length);
+  setStatus(text, kind = "") {
+    $("compare-status").textContent = text;
+    $("compare-status").className = `status ${kind}`;
+  }
+
+  // ---------------------------------------------------------------- panes
+
+  addPane(policy = DEFAULT_PANES[this.panes.length], params = {}) {
+    if (this.panes.length >= MAX_PANES) return null;
+    const pane = new Pane(this, policy, params, this.panes.length);
     this.panes.push(pane);
     $("panes").append(pane.root);
+    this.regroup();
     this.setBusy(this.busy);
+    return pane;
   }
 
   removePane() {
-    if (this.panes.length <= 2) return;
+    if (this.panes.length <= MIN_PANES) return;
     this.panes.pop().root.remove();
+    this.regroup();
     this.setBusy(this.busy);
+    this.renderTable();
   }
+
+  /** Panes from a URL (already checked against the schemas): their policies and parameters, 2–4 of them. */
+  setPanes(specs) {
+    const wanted = specs.slice(0, MAX_PANES);
+    while (this.panes.length < Math.max(MIN_PANES, wanted.length)) this.addPane();
+    while (this.panes.length > Math.max(MIN_PANES, wanted.length)) this.removePane();
+    wanted.forEach((spec, i) => this.panes[i].setPolicy(spec.policy, spec.params ?? {}));
+    this.recorded = false;
+  }
+
+  setAlign(align) {
+    $("compare-align").checked = align === "tokens";
+    this.realign();
+  }
+
+  regroup() {
+    $("panes").style.setProperty("--panes", String(this.panes.length));
+    this.group.players = this.panes.map((pane) => pane.player);
+    this.realign();
+  }
+
+  /** The leader is the pane with most steps, so the shared slider reaches every step; the others follow it. */
+  realign() {
+    const facts = this.panes.map((pane) => pane.facts());
+    this.group.leaderIndex = this.panes.length ? leaderIndex(facts) : 0;
+    this.group.align = $("compare-align").checked ? alignByTokens : sameStepAndPhase;
+    if (!this.busy) this.group.sync();
+    this.onChange();
+  }
+
+  /** Every pane at step 1, aligned. */
+  openAtStepOne() {
+    this.group.seekPosition(STEP_ONE);
+  }
+
+  // ---------------------------------------------------------------- runs
 
   stop() {
     this.stopped = true;
     this.connection.cancel();
   }
 
+  /** Runs ar, then every pane, one after another; what was on screen stays until the new run has begun. */
   async run() {
+    if (this.replayOnly || this.busy) return;
     const setup = this.readSetup();
     const requests = this.panes.map((pane) => ({ ...setup, policy: pane.policy(), params: pane.params() }));
     this.stopped = false;
     this.setRunning(true);
-    $("compare-table").querySelector("tbody").replaceChildren();
-    this.panes.forEach((pane) => pane.clear());
+    let cleared = false;
+    const clearOnce = () => {
+      if (cleared) return;
+      cleared = true;
+      this.recorded = false;
+      this.baseline = null;
+      this.panes.forEach((pane) => pane.clear("waiting for its turn"));
+      this.renderTable();
+    };
     try {
-      const ar = await this.runOne({ ...setup, policy: "ar", params: {} }, null, "ar (baseline)");
+      const arEvents = [];
+      this.setStatus("running ar (the baseline)…", "busy");
+      const ar = await this.connection.run({ ...setup, policy: "ar", params: {} }, (event) => {
+        clearOnce();
+        arEvents.push(event);
+      });
       this.baselines.set(baselineKey(setup), ar);
-      const results = [];
+      this.baseline = runFacts(arEvents);
       for (const [i, request] of requests.entries()) {
         if (this.stopped) break;
-        const finished = await this.runOne(request, this.panes[i], `pane ${i + 1}: ${request.policy}`);
-        results.push({ label: `${i + 1}: ${request.policy}`, finished });
+        const pane = this.panes[i];
+        this.setStatus(`running pane ${i + 1}: ${request.policy}…`, "busy");
+        pane.startLive();
+        await this.connection.run(request, (event) => pane.player.push(event));
+        pane.finishLive();
+        this.renderTable();
       }
-      this.renderTable([{ label: "ar", finished: ar }, ...results], ar);
-      setCompareStatus(this.stopped ? "stopped" : "done: see the table below", "done");
+      this.setStatus(this.stopped ? "stopped" : "done: every pane at step 1; step them together with the arrows", "done");
     } catch (err) {
-      setCompareStatus(`error${err.field ? ` in ${err.field}` : ""}: ${err.message}`, "error");
+      this.setStatus(`error${err.field ? ` in ${err.field}` : ""}: ${err.message}`, "error");
     } finally {
       this.setRunning(false);
+      this.regroup();
+      this.openAtStepOne();
+      this.renderTable();
     }
   }
 
-  async runOne(request, pane, label) {
-    setCompareStatus(`running ${label}…`, "busy");
-    const events = [];
-    return this.connection.run(request, (event) => {
-      events.push(event);
-      pane?.show(events);
-    });
-  }
-
-  /** A recorded comparison (a trace with several runs): each run in a pane, `ar` as the baseline. */
+  /** A recorded comparison (a trace with several runs): each run in a pane, ar as the baseline. */
   showRecorded(runs) {
-    const finishedOf = (run) => run.events.find((e) => e.type === "run_finished");
-    const ar = runs.find((run) => run.policy === "ar" && finishedOf(run));
-    const others = runs.filter((run) => run !== ar && finishedOf(run)).slice(0, 4);
-    while (this.panes.length < Math.max(2, others.length)) this.addPane();
-    while (this.panes.length > Math.max(2, others.length)) this.removePane();
+    const finished = runs.filter((run) => run.events.some((e) => e.type === "run_finished"));
+    const ar = finished.find((run) => run.policy === "ar") ?? null;
+    const others = finished.filter((run) => run !== ar).slice(0, MAX_PANES);
+    const shown = others.length ? others : finished.slice(0, MAX_PANES);
+    while (this.panes.length < Math.max(MIN_PANES, shown.length)) this.addPane();
+    while (this.panes.length > Math.max(MIN_PANES, shown.length)) this.removePane();
+    this.baseline = ar ? runFacts(ar.events) : null;
     this.panes.forEach((pane, i) => {
-      pane.clear();
-      if (!others[i]) return;
-      pane.setPolicy(others[i].policy, others[i].events.find((e) => e.type === "run_started")?.params ?? {});
-      pane.show(others[i].events);
+      const run = shown[i];
+      if (!run) {
+        pane.clear("no run recorded for this pane");
+        return;
+      }
+      pane.setPolicy(run.policy, run.events.find((e) => e.type === "run_started")?.params ?? {});
+      pane.loadRecorded(run.events);
     });
-    const results = others.map((run, i) => ({ label: `${i + 1}: ${run.policy}`, finished: finishedOf(run) }));
-    const baseline = ar ? finishedOf(ar) : null;
-    this.renderTable(baseline ? [{ label: "ar", finished: baseline }, ...results] : results, baseline);
-    if (!document.body.classList.contains("comparing")) this.toggle();
-    setCompareStatus("recorded comparison: the same prompt and seed, run one after another", "done");
+    this.recorded = true;
+    this.regroup();
+    this.openAtStepOne();
+    this.renderTable();
+    if (!this.open) this.toggle(true);
+    this.setStatus(`recorded comparison of ${finished.map((run) => run.policy).join(", ")}: the same prompt and seed, `
+                   + "run one after another. Every pane opens at step 1; arrows step them together.", "done");
   }
 
-  renderTable(results, ar) {
+  // ---------------------------------------------------------------- drawing
+
+  scheduleDraw() {
+    if (this.pending) return;
+    this.pending = true;
+    requestAnimationFrame(() => {
+      this.pending = false;
+      this.draw();
+    });
+  }
+
+  draw() {
+    const facts = this.panes.map((pane) => pane.facts());
+    const shared = sharedScales(facts);
+    const scales = { steps: shared.steps, depth: axisTop(shared.depth), width: axisTop(shared.width),
+                     size: axisTop(shared.size), maxDepth: shared.depth, maxWidth: shared.width };
+    this.panes.forEach((pane) => pane.draw(scales));
+    this.drawPlayer();
+    this.onChange();
+  }
+
+  drawPlayer() {
+    const leader = this.group.leader;
+    const phase = leader?.phase;
+    const slider = $("compare-step");
+    slider.max = String(Math.max(1, leader?.stepCount ?? 1));
+    slider.value = String(phase ? phase.stepIndex + 1 : 1);
+    slider.disabled = !phase;
+    $("compare-play").textContent = this.group.playing ? "❚❚" : "▶";
+    $("compare-play").setAttribute("aria-label", this.group.playing ? "pause" : "play");
+    $("compare-position").textContent = phase
+      ? `${this.panes[this.group.leaderIndex]?.policy() ?? ""} step ${phase.stepIndex + 1} of ${leader.stepCount} · ${phaseTitle(phase)}`
+      : "no run yet";
+  }
+
+  renderTable() {
+    const facts = this.panes.map((pane, i) => ({ ...pane.facts(), label: `${i + 1}: ${pane.policy()}` }))
+      .filter((f) => f.finished);
+    const all = this.baseline ? [{ ...this.baseline, label: "ar" }, ...facts] : facts;
     const body = $("compare-table").querySelector("tbody");
     body.replaceChildren();
-    for (const row of compareRows(results, ar)) {
-      const tr = el("tr");
-      const identical = row.identical == null ? "–" : row.identical ? "yes" : "no";
-      for (const value of [row.label, formatNumber(row.tokensPerS, 1), formatNumber(row.tau), formatNumber(row.delta),
-                           String(row.steps), row.speedup == null ? "–" : `${formatNumber(row.speedup)}×`, identical]) {
-        tr.append(el("td", {}, value));
-      }
-      tr.lastChild.className = row.identical === false ? "differs" : "";
+    for (const row of tableRows(all)) {
+      const tr = el("tr", { "data-policy": row.policy, "data-equality": row.equality.kind });
+      const cells = [
+        [row.label, "label"], [formatNumber(row.tokensPerS, 1)], [formatNumber(row.tau)], [formatNumber(row.delta)],
+        [formatNumber(row.c, 3)], [formatNumber(row.meanTreeSize, 1)], [formatNumber(row.acceptance)],
+        [row.predictedR == null ? "–" : `${formatNumber(row.predictedR)}×`, "predicted-r"],
+        [row.speedup == null ? "–" : `${formatNumber(row.speedup)}×`, "speedup"],
+        [row.equality.text, "equality"],
+      ];
+      for (const [text, hook] of cells) tr.append(el("td", hook ? { "data-testid": hook, class: hook } : {}, text));
       body.append(tr);
     }
   }
 }
 
-function setCompareStatus(text, kind) {
-  $("compare-status").textContent = text;
-  $("compare-status").className = `status ${kind}`;
-}
-
 class Pane {
-  constructor(schemas, policy, index) {
-    this.schemas = schemas;
-    this.root = el("article", { class: "pane", "data-pane": String(index + 1) });
-    const header = el("header");
-    this.select = el("select", { "aria-label": `pane ${index + 1} policy`, "data-testid": "pane-policy" });
-    fillPolicySelect(this.select, schemas, policy);
+  constructor(view, policy, params, index) {
+    this.view = view;
+    this.schemas = view.schemas;
+    this.index = index;
+    this.player = new PhasePlayer({ onChange: () => view.scheduleDraw() });
+    this.root = el("article", { class: "pane", "data-testid": "compare-pane", "data-pane": String(index + 1) });
+    this.build(policy, params);
+  }
+
+  build(policy, params) {
+    const header = el("header", { class: "pane-header" });
+    this.title = el("h3", {}, `${this.index + 1}`);
+    this.select = el("select", { "aria-label": `pane ${this.index + 1} policy`, "data-testid": "pane-policy" });
+    fillPolicySelect(this.select, this.schemas, policy);
+    header.append(this.title, this.select);
+    this.description = el("p", { class: "policy-description hint" });
+    this.details = el("details", { class: "pane-params" });
+    this.details.append(el("summary", {}, "parameters"));
     this.fieldset = el("fieldset", { class: "params" });
     this.fieldset.append(el("legend", {}, "parameters"));
-    renderParams(this.fieldset, schemas[this.select.value]);
-    this.select.addEventListener("change", () => renderParams(this.fieldset, schemas[this.select.value]));
-    header.append(el("h3", {}, `Pane ${index + 1}`), this.select);
-    this.status = el("p", { class: "pane-status" }, "not run yet");
+    this.details.append(this.fieldset);
+    this.select.addEventListener("change", () => this.setPolicy(this.select.value, {}));
+    this.status = el("p", { class: "pane-status" }, this.view.replayOnly ? "choose a recorded comparison" : "not run yet");
+    this.position = el("p", { class: "pane-step" });
+    const panel = el("div", { class: "tree-panel" });
     const scroll = el("div", { class: "tree-scroll" });
-    this.svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-    this.svg.setAttribute("class", "tree");
-    this.svg.setAttribute("data-testid", "pane-tree");
+    this.svg = svgEl("svg", { class: "tree", "data-testid": "pane-tree", role: "img", "aria-label": "this pane's tree" });
     scroll.append(this.svg);
+    const tip = el("div", { class: "tooltip", hidden: "" });
+    panel.append(scroll, tip);
+    this.tooltip = createTooltip(tip);
     this.charts = el("div", { class: "pane-charts" });
-    this.stepLabel = el("p", { class: "pane-step" });
-    this.root.append(header, this.fieldset, this.status, this.stepLabel, scroll, this.charts);
+    this.strip = el("div", { class: "pane-silhouettes" });
+    this.root.append(header, this.description, this.details, this.status, this.position, panel, this.charts, this.strip);
+    this.setPolicy(policy, params);
   }
 
   policy() {
     return this.select.value;
   }
 
-  setPolicy(policy, params) {
-    this.select.value = policy;
-    renderParams(this.fieldset, this.schemas[policy], params);
-  }
-
   params() {
     return readParams(this.fieldset);
   }
 
-  clear() {
-    this.picked = null;
-    this.stepLabel.textContent = "";
+  setPolicy(policy, params) {
+    fillPolicySelect(this.select, this.schemas, policy);
+    renderParams(this.fieldset, this.schemas[this.select.value], params);
+    describePolicy(this.description, this.schemas[this.select.value]);
+    this.root.dataset.policy = this.select.value;
+    this.view.onChange();
+  }
+
+  /** Its facts (tokens, steps, shapes), recomputed only when its events grew. */
+  facts() {
+    const events = this.player.events;
+    if (this._facts?.count !== events.length) this._facts = { count: events.length, facts: runFacts(events) };
+    return this._facts.facts;
+  }
+
+  clear(status) {
+    this.player.load([], { follow: false });
+    this.status.textContent = status;
+    this.position.textContent = "";
     this.svg.replaceChildren();
     this.charts.replaceChildren();
-    this.status.textContent = "waiting for its turn";
+    this.strip.replaceChildren();
+    this.root.dataset.step = "";
   }
 
-  /** Redraws at most once a frame, however fast events arrive. */
-  show(events) {
-    this.events = events;
-    if (this.pending) return;
-    this.pending = true;
-    requestAnimationFrame(() => {
-      this.pending = false;
-      this.draw(this.events);
-    });
+  loadRecorded(events) {
+    this.player.load(events, { follow: false });
   }
 
-  /** Once the run is over, a click on a bar shows that step's tree instead of the last one. */
-  pick(index) {
-    this.picked = index;
-    this.draw(this.events);
+  startLive() {
+    this.player.load([], { follow: true });
+    this.status.textContent = "running…";
   }
 
-  draw(events) {
-    const run = foldEvents(events);
-    const last = run.steps.length - 1;
-    const index = run.finished && this.picked != null ? Math.min(this.picked, last) : last;
-    const step = run.steps[index];
-    if (step) renderTree(this.svg, layoutTree(step, { maxPruned: 1 }), null);
-    this.stepLabel.textContent = step ? `tree of step ${index + 1} of ${run.steps.length}` : "";
-    const summary = runSummary(run);
-    this.status.textContent = run.finished
-      ? `${run.finished.new_tokens} tokens · τ ${formatNumber(summary.tau)} · ${formatNumber(run.finished.tokens_per_s, 1)} tokens/s`
-      : `step ${step?.step ?? 0}…`;
+  finishLive() {
+    this.player.follow = false;
+  }
+
+  draw(scales) {
+    const player = this.player;
+    const facts = this.facts();
+    const phase = player.phase;
+    const { step } = foldPhase(player.events, phase);
+    if (phase?.step !== this.shownStep) resetTree(this.svg);
+    this.shownStep = phase?.step ?? null;
+    if (step) renderTree(this.svg, layoutTree(step, { maxPruned: 1 }), this.tooltip);
+    else this.svg.replaceChildren();
+    const stepIndex = phase ? phase.stepIndex : -1;
+    this.root.dataset.step = phase ? String(stepIndex + 1) : "";
+    this.root.dataset.policy = this.policy();
+    const done = facts.finished;
+    this.status.textContent = done
+      ? `${done.new_tokens} tokens in ${done.steps} steps · τ ${formatNumber(done.tau)} · ${formatNumber(done.tokens_per_s, 1)} tokens/s`
+      : player.events.length ? `running: step ${facts.steps.length}…` : this.status.textContent;
+    this.position.textContent = phase ? positionText(phase, player, facts) : "";
+    if (!facts.steps.length) return;
+    const pick = (i) => this.pick(i);
+    const series = (key) => facts.steps.map((s) => s[key]);
+    // Drawn at the width they get (one to three per row), so their labels keep their size.
+    const box = this.charts.clientWidth || 300;
+    const columns = Math.max(1, Math.min(3, Math.floor((box + 12) / 232)));
+    const common = { steps: scales.steps, current: stepIndex, onPick: pick, width: Math.floor((box - 12 * (columns - 1)) / columns) };
     this.charts.replaceChildren(
-      barChart("depth per step", summary.series.depth, "tree-depth", { width: 160, height: 36, onPick: (i) => this.pick(i) }),
-      barChart("width per step", summary.series.width, "tree-width", { width: 160, height: 36, onPick: (i) => this.pick(i) }),
+      stepChart({ ...common, title: "depth per step", values: series("depth"), yMax: scales.depth, kind: "tree-depth",
+                  testid: "pane-depth-chart", yLabel: "depth" }),
+      stepChart({ ...common, title: "widest layer per step", values: series("width"), yMax: scales.width,
+                  kind: "tree-width", testid: "pane-width-chart", yLabel: "width" }),
+      stepChart({ ...common, title: "draft nodes verified per step", values: series("size"), yMax: scales.size,
+                  kind: "tree-size", testid: "pane-size-chart", yLabel: "nodes" }),
     );
+    this.charts.style.gridTemplateColumns = `repeat(${columns}, minmax(0, 1fr))`;
+    const strip = silhouetteStrip(facts.steps, { maxDepth: scales.maxDepth, maxWidth: scales.maxWidth,
+                                                 current: stepIndex, onPick: pick });
+    this.strip.replaceChildren(el("p", { class: "hint" }, "every step's tree at one scale (darker: accepted depth)"), strip);
   }
+
+  /** A click on this pane's charts: this pane goes to step i, the others follow as aligned. */
+  pick(stepIndex) {
+    const group = this.view.group;
+    const leader = group.leaderIndex;
+    group.setLeader(this.index);
+    group.seekStep(stepIndex, this.player.position() ?? STEP_ONE);
+    group.leaderIndex = leader;
+  }
+}
+
+function positionText(phase, player, facts) {
+  const first = player.emittedBefore(phase.stepIndex);
+  const emitted = facts.steps[phase.stepIndex]?.emitted ?? 0;
+  const tokens = emitted ? ` · output tokens ${first + 1}–${first + emitted}` : "";
+  return `step ${phase.stepIndex + 1} of ${player.stepCount} · ${phaseTitle(phase)}${tokens}`;
 }

@@ -3,10 +3,18 @@
 import { coerceParam, paramControls } from "../model/setup.js";
 import { el } from "./dom.js";
 
-/** Fills a <select> with the policies, `selected` first chosen. */
+/** Fills a <select> with the policies, `selected` first chosen; each option's tooltip is its one line. */
 export function fillPolicySelect(select, schemas, selected) {
-  select.replaceChildren(...Object.keys(schemas).map((name) => el("option", { value: name }, name)));
+  select.replaceChildren(...Object.entries(schemas).map(([name, schema]) => (
+    el("option", { value: name, title: schema.description ?? null }, name))));
   if (selected && selected in schemas) select.value = selected;
+  select.title = schemas[select.value]?.description ?? "";
+}
+
+/** What the chosen policy does, in one line, under its picker. */
+export function describePolicy(box, schema) {
+  box.textContent = schema?.description ?? "";
+  box.hidden = !schema?.description;
 }
 
 /** Labelled inputs for one policy's parameters, starting at the defaults (or `values`). */
@@ -14,7 +22,7 @@ export function renderParams(fieldset, schema, values = {}) {
   const legend = fieldset.querySelector("legend");
   fieldset.replaceChildren(legend);
   const controls = paramControls(schema);
-  if (!controls.length) fieldset.append(el("p", { class: "hint" }, "no parameters: one target forward per token"));
+  if (!controls.length) fieldset.append(el("p", { class: "hint" }, "no parameters"));
   for (const control of controls) fieldset.append(paramInput(control, values[control.name]));
   fieldset.__controls = controls;
 }

@@ -8,10 +8,13 @@ import { el } from "./dom.js";
 /** Generated text, one span per step, shaded by how many drafts that step accepted. */
 export function renderOutput(box, run) {
   box.replaceChildren();
+  // Plain decoding drafts nothing, so none of its steps rejected anything: no shade, not the red of "0 accepted".
+  const drafts = run.policy !== "ar";
   for (const segment of outputSegments(run)) {
     const title = segment.step == null ? "final text"
-      : `step ${segment.step}: ${segment.accepted} accepted + 1 from the target`;
-    box.append(el("span", { class: `step-chunk ${shadeClass(segment.accepted)}`, title }, segment.text));
+      : drafts ? `step ${segment.step}: ${segment.accepted} accepted + 1 from the target`
+        : `step ${segment.step}: the target's own token (plain decoding drafts nothing)`;
+    box.append(el("span", { class: `step-chunk ${drafts ? shadeClass(segment.accepted) : "shade-none"}`, title }, segment.text));
   }
 }
 
