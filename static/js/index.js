@@ -1,18 +1,32 @@
-// Page wiring of /: form, live run, replay and keys. State lives in model/ folds; drawing in view/.
+// Page wiring of /: form, live run, replay, the lecture player and its keys. State lives in model/
+// folds and the PhasePlayer; drawing in view/.
 
 import { Connection, RunFailed } from "./connection.js";
 import { foldEvents, parseTrace, runSummary, splitRuns } from "./model/events.js";
-import { layoutTree } from "./model/layout.js";
-import { baselineKey, decodeSetup, encodeSetup } from "./model/setup.js";
-import { foldPhase } from "./model/phases.js";
+import { boundsOf, collapsibleCount, layoutTree } from "./model/layout.js";
+import { narrate, prefixLength } from "./model/narration.js";
+import { foldPhase, parsePosition, phaseKey, stepEvent } from "./model/phases.js";
+import { baselineKey, decodeSetup, decodeView, encodeSetup, encodeView } from "./model/setup.js";
+import { formulaNumbers, kvCache, verifiedTree, walkStep } from "./model/theory.js";
 import { PhasePlayer } from "./player.js";
+import { renderCaption } from "./view/caption.js";
 import { CompareView } from "./view/compare.js";
 import { el } from "./view/dom.js";
+import { composeSvg, download, svgToPng, traceText } from "./view/export.js";
 import { fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
+import { Presentation } from "./view/presentation.js";
 import { renderMetrics, renderOutput, renderTimeline } from "./view/run.js";
-import { createTooltip, renderTree, resetTree } from "./view/tree.js";
+import { renderFormulas, renderKv, renderMask, renderSampling } from "./view/theory.js";
+import { TreeView, createTooltip } from "./view/tree.js";
 
 const $ = (id) => document.getElementById(id);
+
+// Zoom limits: labels are 15 px at zoom 1; never drawn under 14 px on screen, 24 px on a projector.
+const ZOOM = { screen: { minZoom: 14 / 15, homeZoom: 1.05, maxZoom: 1.5 },
+               projector: { minZoom: 24 / 15, homeZoom: 1.7, maxZoom: 2.2 } };
+// A layer whose folded candidates are this few opens by itself while it is the one drafted.
+const OPEN_BY_ITSELF = 12;
+const PANEL_OF_PHASE = { draft: "formulas", rerank: "formulas", verify: "mask", accept: "sampling", commit: "kv" };
 
 const page = {
   schemas: {},
@@ -21,8 +35,35 @@ const page = {
   connection: new Connection(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`,
                              (position) => showQueued(position)),
   tooltip: createTooltip($("tooltip")),
+  trace: null, // { name, runs, runIndex } when replaying a recorded trace
+  arEvents: null, // plain decoding of the same setup, when the trace has it
+  view: "auto", // the theory panel: auto follows the phase
+  expandedLayers: new Set(),
+  expandedParents: new Set(),
+  shownStep: null,
+  focusKey: null,
+  hovered: null, // tree index (post) of the node hovered in the tree or the mask
 };
 page.player = new PhasePlayer({ onChange: scheduleDraw });
+page.tree = new TreeView($("tree-viewport"), {
+  tooltip: page.tooltip,
+  onHover: (id) => hoverNode(id),
+  onLayer: (depth) => toggle(page.expandedLayers, depth),
+  onChip: (parent) => toggle(page.expandedParents, parent),
+});
+page.presentation = new Presentation({
+  button: $("presentation-toggle"),
+  onChange: () => {
+    page.focusKey = null; // the camera re-frames for the new size
+    scheduleDraw();
+  },
+});
+
+function toggle(set, value) {
+  if (set.has(value)) set.delete(value);
+  else set.add(value);
+  scheduleDraw();
+}
 
 function setStatus(text, kind = "") {
   $("status").textContent = text;
@@ -39,7 +80,6 @@ function showQueued(position) {
 // ---------------------------------------------------------------- drawing
 
 let drawPending = false;
-let shownStep = null;
 
 function scheduleDraw() {
   if (drawPending) return;
@@ -52,23 +92,177 @@ function scheduleDraw() {
 
 function draw() {
   const { player } = page;
-  const { run, step } = foldPhase(player.events, player.phase);
-  const whole = foldEvents(player.events);
-  if (step?.step !== shownStep) resetTree($("tree"));
-  shownStep = step?.step ?? null;
-  if (step) renderTree($("tree"), layoutTree(step), page.tooltip);
-  else $("tree").replaceChildren();
-  renderTimeline($("step-timeline"), whole, player.phase?.stepIndex ?? -1, (i) => player.seekStep(i));
+  const phase = player.phase;
+  const events = player.events;
+  const state = foldPhase(events, phase);
+  const whole = foldEvents(events);
+  drawPlayer(phase);
+  drawTree(phase, state.step);
+  renderCaption($("caption"), narrate(events, phase, state));
+  drawTheory(phase, state);
+  renderTimeline($("step-timeline"), whole, phase?.stepIndex ?? -1, (i) => player.seekStep(i));
+  renderOutput($("output"), state.run);
+  $("output").dataset.finished = String(Boolean(state.run.finished));
+  renderMetrics($("metrics"), runSummary(state.run), speedupOf(state.run), (i) => player.seekStep(i));
+  saveView();
+}
+
+function drawPlayer(phase) {
+  const { player } = page;
   $("play").textContent = player.playing ? "❚❚" : "▶";
-  renderOutput($("output"), run);
-  $("output").dataset.finished = String(Boolean(run.finished));
-  renderMetrics($("metrics"), runSummary(run), speedupOf(run), (i) => player.seekStep(i));
+  $("play").setAttribute("aria-label", player.playing ? "pause" : "play");
+  $("phase-name").textContent = phase?.name ?? "";
+  $("phase-step").textContent = phase ? `step ${phase.stepIndex + 1} of ${player.stepCount}` : "no run yet";
+  const detail = !phase ? "" : phase.name === "draft" ? `layer ${phase.layer}`
+    : phase.name === "accept" ? `node ${phase.walked} of ${phase.walkLength}` : "";
+  $("phase-detail").textContent = detail;
+  document.querySelector(".stage-phase").textContent = phase ? `step ${phase.stepIndex + 1} · ${phase.name} ${detail}` : "";
+  $("phase-prev").disabled = !phase || phase.index === 0;
+  $("phase-next").disabled = !phase || player.atEnd;
+  $("play").disabled = !player.phases.length;
+}
+
+function drawTree(phase, step) {
+  if (!step) {
+    page.tree.render({ nodes: [], chips: [], edges: [], layers: [], width: 0, height: 0 });
+    return;
+  }
+  if (step.step !== page.shownStep) {
+    page.shownStep = step.step;
+    page.expandedLayers.clear();
+    page.expandedParents.clear();
+  }
+  const open = new Set(page.expandedLayers);
+  if (phase.name === "draft" && collapsibleCount(step, phase.layer) <= OPEN_BY_ITSELF) open.add(phase.layer);
+  const layout = layoutTree(step, { expandedLayers: open, expandedParents: page.expandedParents });
+  const key = `${step.step}:${phaseKey(phase)}:${page.presentation.active}`;
+  const focus = key === page.focusKey ? null : focusOf(layout, phase, step);
+  page.focusKey = key;
+  page.layout = layout;
+  page.tree.render(layout, { focus, ...(page.presentation.active ? ZOOM.projector : ZOOM.screen) });
+}
+
+/** What the camera should frame for a phase: the layer being drafted, the whole tree, or the accepted path. */
+function focusOf(layout, phase, step) {
+  const focus = pickFocus(layout, phase, step);
+  // The layer headers (titles, thresholds, folded counts) stay in view above whatever is framed.
+  if (focus.box && focus.box.y < 300) focus.box = { ...focus.box, h: focus.box.h + focus.box.y, y: 0 };
+  return focus;
+}
+
+function pickFocus(layout, phase, step) {
+  const byId = new Map(layout.nodes.map((n) => [n.id, n]));
+  const root = byId.get("n0");
+  if (phase.name === "draft") {
+    const layer = layout.nodes.filter((n) => n.depth === phase.layer || n.depth === phase.layer - 1);
+    return { box: boundsOf([root, ...layer]), anchor: "start" };
+  }
+  if (phase.name === "rerank" || phase.name === "verify") return { box: boundsOf(layout.nodes), anchor: "start" };
+  const path = step.acceptedPath.map((id) => byId.get(id)).filter(Boolean);
+  const emitted = byId.get("emitted");
+  const walked = (step.walk ?? []).slice(0, phase.walked).map((id) => byId.get(id)).filter(Boolean);
+  return { box: boundsOf([root, ...path, ...walked, ...(emitted ? [emitted] : [])]), anchor: "end" };
+}
+
+function hoverNode(id) {
+  const node = id ? page.layout?.nodes.find((n) => n.id === id) : null;
+  page.hovered = node?.post ?? null;
+  drawMask();
+}
+
+// ---------------------------------------------------------------- theory
+
+function drawTheory(phase, state) {
+  const shown = page.view === "auto" ? PANEL_OF_PHASE[phase?.name] ?? "formulas" : page.view;
+  for (const tab of document.querySelectorAll("#theory [role=tab]")) {
+    tab.setAttribute("aria-selected", String(tab.dataset.view === page.view));
+    tab.classList.toggle("showing", tab.dataset.view === shown);
+  }
+  for (const panel of document.querySelectorAll("#theory .panel")) panel.hidden = panel.dataset.panel !== shown;
+  page.theory = { phase, state };
+  drawMask();
+  if (!phase || !state.step) {
+    for (const id of ["kv-panel", "sampling-panel", "formula-panel"]) $(id).replaceChildren();
+    return;
+  }
+  const events = page.player.events;
+  const prefix = prefixLength(events, phase);
+  const width = panelWidth();
+  const decided = phase.name === "verify" || phase.name === "accept" || phase.name === "commit";
+  if (decided) renderKv($("kv-panel"), kvCache(events, phase, prefix), { committed: phase.name === "commit", width });
+  else $("kv-panel").replaceChildren(el("p", { class: "panel-note" }, `The cache holds ${prefix} rows (the prompt but its last token, and every token emitted so far). Verify will append one row per tree node.`));
+  const verify = decided ? stepEvent(events, phase, "verify") : null;
+  const walk = verify && phase.name !== "verify" ? walkStep(verify, phase.walked, verifiedTree(events, phase).parent) : null;
+  const started = events.find((e) => e.type === "run_started") ?? {};
+  renderSampling($("sampling-panel"), walk, {
+    temperature: started.temperature ?? 0,
+    nodeText: walk ? textAtPost(state.step, walk.node) : "",
+    textOf: (check) => textAtPost(state.step, check.child),
+  });
+  const ar = page.arEvents;
+  const arFinished = ar?.find((e) => e.type === "run_finished") ?? (page.request ? page.baselines.get(baselineKey(page.request)) : null);
+  renderFormulas($("formula-panel"), formulaNumbers(events, phase, {
+    arFinished, arEvents: ar, table: started.cost_table ?? null, prefixLen: prefix,
+  }), { policy: started.policy });
+}
+
+function drawMask() {
+  const { phase } = page.theory ?? {};
+  if (!phase || !page.player.events.length) {
+    $("mask-panel").replaceChildren();
+    return;
+  }
+  const events = page.player.events;
+  if (phase.name === "draft") {
+    $("mask-panel").replaceChildren(el("p", { class: "panel-note" },
+      "The mask is built once the tree is final: at verify, each drafted token attends to the prefix, its ancestors and itself."));
+    delete $("mask-panel").dataset.rows;
+    return;
+  }
+  const tree = verifiedTree(events, phase);
+  renderMask($("mask-panel"), tree, prefixLength(events, phase), {
+    width: panelWidth(), height: page.presentation.active ? 380 : 560, hovered: page.hovered,
+    onHover: (row) => {
+      page.hovered = row;
+      page.tree.highlight(page.theory.state.step?.postToId[row] ?? null);
+      drawMask();
+    },
+  });
+}
+
+function panelWidth() {
+  return Math.max(320, Math.min(760, $("theory").clientWidth - 24));
+}
+
+function textAtPost(step, post) {
+  const id = step.postToId?.[post] ?? (post === 0 ? "n0" : null);
+  return step.nodes.get(id)?.text ?? "";
 }
 
 function speedupOf(run) {
-  if (!run.finished || !page.request) return null;
-  const ar = page.baselines.get(baselineKey(page.request));
+  if (!run.finished) return null;
+  const ar = page.arEvents?.find((e) => e.type === "run_finished")
+    ?? (page.request ? page.baselines.get(baselineKey(page.request)) : null);
   return ar && ar.tokens_per_s > 0 ? run.finished.tokens_per_s / ar.tokens_per_s : null;
+}
+
+// ---------------------------------------------------------------- URL
+
+/** The URL holds what a link must reopen: the trace (or the setup) and where the class stopped. */
+function saveView() {
+  const query = page.trace ? new URLSearchParams() : new URLSearchParams(location.search);
+  const phase = page.player.phase;
+  const at = page.trace && phase;
+  encodeView({
+    trace: page.trace?.name,
+    run: page.trace && page.trace.runIndex ? page.trace.runIndex : null,
+    step: at ? phase.stepIndex + 1 : null,
+    phase: at ? phaseKey(phase) : null,
+    view: page.view === "auto" ? null : page.view,
+    present: page.presentation.active,
+  }, query);
+  const url = `${location.pathname}?${query}`;
+  if (url !== `${location.pathname}${location.search}`) history.replaceState(null, "", url);
 }
 
 // ---------------------------------------------------------------- form
@@ -93,8 +287,12 @@ function applySetup(setup) {
   renderParams($("params"), page.schemas[$("policy").value], setup.params ?? {});
 }
 
-function shareSetup(setup) {
-  history.replaceState(null, "", `${location.pathname}?${encodeSetup(setup)}`);
+/** A link to what is on screen: the trace and position when replaying (never dropped), else the setup. */
+function shareLink() {
+  if (page.trace) return location.href;
+  const query = new URLSearchParams(encodeSetup(readSetup()));
+  if (page.presentation.active) query.set("present", "1");
+  return `${location.origin}${location.pathname}?${query}`;
 }
 
 // ---------------------------------------------------------------- running
@@ -107,10 +305,13 @@ function setRunning(running) {
 
 async function runSingle(event) {
   event.preventDefault();
-  // Space belongs to replay once a run starts, not to the Run button that kept focus.
+  // The keys belong to the player once a run starts, not to the Run button that kept focus.
   document.activeElement?.blur();
   const request = readSetup();
-  shareSetup(request);
+  page.trace = null;
+  page.arEvents = null;
+  $("trace").value = "";
+  history.replaceState(null, "", `${location.pathname}?${encodeSetup(request)}`);
   markInvalid(document, null);
   page.request = request;
   page.player.load([], { follow: true });
@@ -122,7 +323,8 @@ async function runSingle(event) {
       if (e.type === "verify") setStatus(`running ${request.policy}: step ${e.step}`, "busy");
     });
     if (finished.policy === "ar") page.baselines.set(baselineKey(request), finished);
-    setStatus(`finished: ${finished.new_tokens} tokens in ${finished.steps} steps (${finished.stop_reason})`, "done");
+    setStatus(`finished: ${finished.new_tokens} tokens in ${finished.steps} steps (${finished.stop_reason}); ` +
+              "← → walk through it phase by phase", "done");
   } catch (err) {
     reportError(err);
   } finally {
@@ -144,30 +346,46 @@ function reportError(err) {
 
 async function loadTraceList() {
   const traces = await (await fetch("/api/traces")).json();
-  for (const trace of traces) $("trace").append(el("option", { value: trace.url }, trace.name));
+  for (const trace of traces) {
+    const policies = trace.policies?.join(", ") ?? trace.policy ?? "";
+    const temperature = trace.temperature == null ? "" : ` · T ${trace.temperature}`;
+    const option = el("option", { value: trace.url, "data-name": trace.name }, `${trace.title ?? trace.name} — ${policies}${temperature}`);
+    $("trace").append(option);
+  }
+  return traces;
 }
 
-async function loadTrace(url) {
+async function loadTrace(name, { at = null, runIndex = 0 } = {}) {
+  const url = `/static/traces/${encodeURIComponent(name)}.jsonl`;
   const response = await fetch(url);
-  if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
+  if (!response.ok) throw new Error(`cannot load the trace ${name}: ${response.status}`);
   const runs = splitRuns(parseTrace(await response.text()));
+  const index = Math.min(Math.max(0, runIndex), runs.length - 1);
+  page.trace = { name, runs, runIndex: index };
   const picker = $("trace-run");
   picker.replaceChildren(...runs.map((run, i) => el("option", { value: String(i) }, `${run.policy} · ${run.runId}`)));
+  picker.value = String(index);
   picker.hidden = runs.length < 2;
-  picker.onchange = () => showRecorded(runs[Number(picker.value)]);
+  picker.onchange = () => {
+    page.trace.runIndex = Number(picker.value);
+    showRecorded(runs[page.trace.runIndex], { at: page.player.position() });
+    picker.blur();
+  };
   $("trace-compare").hidden = runs.length < 2;
   $("trace-compare").onclick = () => page.compare.showRecorded(runs);
-  showRecorded(runs[0]);
+  page.arEvents = runs.find((run) => run.policy === "ar")?.events ?? null;
+  showRecorded(runs[index], { at });
 }
 
-function showRecorded(recorded) {
+function showRecorded(recorded, { at = null } = {}) {
   const started = recorded.events.find((e) => e.type === "run_started");
   page.request = started ? { prompt: started.prompt, seed: started.seed, temperature: started.temperature,
                              top_k: started.top_k, top_p: started.top_p, max_new_tokens: started.max_new_tokens } : null;
   // The form takes the recorded setup, so a lecturer can re-run it live where a model is loaded.
   if (started) applySetup({ ...page.request, policy: started.policy, params: started.params });
-  page.player.load(recorded.events, { follow: false });
-  setStatus(`replaying ${recorded.policy}: press Space to play, arrows to step`, "done");
+  page.focusKey = null;
+  page.player.load(recorded.events, { follow: false, at });
+  setStatus(`replaying ${recorded.policy}: → and ← move one phase, Shift+→ and Shift+← one step, Space plays`, "done");
 }
 
 // ---------------------------------------------------------------- keys
@@ -175,13 +393,26 @@ function showRecorded(recorded) {
 function onKey(event) {
   if (event.target.closest("input, textarea, select") && event.key !== "Escape") return;
   if (event.target.closest("button") && (event.key === " " || event.key === "Enter")) return;
+  if (event.ctrlKey || event.metaKey || event.altKey) return;
+  const { player, tree } = page;
   const actions = {
-    " ": () => page.player.toggle(),
-    ArrowRight: () => (event.shiftKey ? page.player.nextStep() : page.player.next()),
-    ArrowLeft: () => (event.shiftKey ? page.player.prevStep() : page.player.prev()),
-    Home: () => page.player.home(),
-    End: () => page.player.end(),
-    Escape: () => page.tooltip.unpin(),
+    " ": () => player.toggle(),
+    ArrowRight: () => (event.shiftKey ? player.nextStep() : player.next()),
+    ArrowLeft: () => (event.shiftKey ? player.prevStep() : player.prev()),
+    Home: () => player.home(),
+    End: () => player.end(),
+    p: () => page.presentation.toggle(),
+    P: () => page.presentation.toggle(),
+    Escape: () => {
+      page.tooltip.unpin();
+      page.presentation.leave();
+    },
+    "+": () => tree.zoomBy(1.25),
+    "=": () => tree.zoomBy(1.25),
+    "-": () => tree.zoomBy(0.8),
+    "0": () => tree.fitAll(),
+    f: () => refocus(),
+    F: () => refocus(),
   };
   const action = actions[event.key];
   if (action) {
@@ -190,45 +421,96 @@ function onKey(event) {
   }
 }
 
+function refocus() {
+  page.focusKey = null;
+  scheduleDraw();
+}
+
+function wireButtons() {
+  const { player } = page;
+  const click = (id, action) => $(id).addEventListener("click", (e) => {
+    e.currentTarget.blur();
+    action(e);
+  });
+  click("play", () => player.toggle());
+  click("phase-prev", (e) => (e.shiftKey ? player.prevStep() : player.prev()));
+  click("phase-next", (e) => (e.shiftKey ? player.nextStep() : player.next()));
+  click("presentation-toggle", () => page.presentation.toggle());
+  click("export-svg", () => download(`${exportName()}.svg`, currentSvg(), "image/svg+xml"));
+  click("export-png", async () => download(`${exportName()}.png`, await svgToPng(currentSvg()), "image/png"));
+  click("export-trace", () => download(`${exportName()}.jsonl`, traceText(player.events), "application/x-ndjson"));
+  for (const button of document.querySelectorAll(".zoom-controls button")) {
+    button.addEventListener("click", (e) => {
+      e.stopPropagation();
+      const zoom = button.dataset.zoom;
+      if (zoom === "in") page.tree.zoomBy(1.25);
+      else if (zoom === "out") page.tree.zoomBy(0.8);
+      else if (zoom === "fit") page.tree.fitAll();
+      else refocus();
+    });
+  }
+  for (const tab of document.querySelectorAll("#theory [role=tab]")) {
+    tab.addEventListener("click", () => {
+      page.view = tab.dataset.view;
+      scheduleDraw();
+    });
+  }
+  $("speed").addEventListener("change", (e) => { player.speed = Number(e.target.value); });
+  $("step-timeline").querySelector("input[type=range]")
+    .addEventListener("input", (e) => player.seekStep(Number(e.target.value)));
+}
+
+function currentSvg() {
+  const shown = document.querySelector("#theory .panel:not([hidden])");
+  return composeSvg({ tree: page.tree, panel: shown, caption: {
+    title: $("caption-title").textContent, text: $("caption-text").textContent } });
+}
+
+function exportName() {
+  const phase = page.player.phase;
+  const base = page.trace?.name ?? page.player.events[0]?.policy ?? "specscope";
+  return phase ? `${base}-step${phase.stepIndex + 1}-${phaseKey(phase)}` : base;
+}
+
 // ---------------------------------------------------------------- start
 
 async function start() {
   page.schemas = await (await fetch("/api/policies")).json();
   const setup = decodeSetup(location.search);
+  const view = decodeView(location.search);
   applySetup(setup);
+  if (["auto", "mask", "kv", "sampling", "formulas"].includes(view.view)) page.view = view.view;
   $("policy").addEventListener("change", () => renderParams($("params"), page.schemas[$("policy").value]));
   $("run-form").addEventListener("submit", runSingle);
   $("stop").addEventListener("click", () => page.connection.cancel());
   $("share").addEventListener("click", () => {
-    shareSetup(readSetup());
-    navigator.clipboard?.writeText(location.href).catch(() => {});
-    setStatus("link to this setup is in the address bar", "done");
+    const link = shareLink();
+    history.replaceState(null, "", link);
+    navigator.clipboard?.writeText(link).catch(() => {});
+    setStatus("a link to this view is in the address bar (and the clipboard)", "done");
   });
-  $("play").addEventListener("click", (e) => {
-    e.currentTarget.blur();
-    page.player.toggle();
-  });
-  $("speed").addEventListener("change", (e) => { page.player.speed = Number(e.target.value); });
-  $("fit").addEventListener("change", (e) => $("tree").closest(".tree-scroll").classList.toggle("fit", e.target.checked));
-  $("step-timeline").querySelector("input[type=range]")
-    .addEventListener("input", (e) => page.player.seekStep(Number(e.target.value)));
+  wireButtons();
   $("trace").addEventListener("change", (e) => {
-    if (!e.target.value) return;
-    history.replaceState(null, "", `${location.pathname}?${encodeSetup({ trace: e.target.selectedOptions[0].textContent })}`);
-    loadTrace(e.target.value).catch(reportError);
+    const option = e.target.selectedOptions[0];
+    // The keys act on the player from now on, not on the list.
+    e.target.blur();
+    if (!option?.value) return;
+    loadTrace(option.dataset.name).catch(reportError);
   });
   document.addEventListener("keydown", onKey);
   document.addEventListener("click", () => page.tooltip.unpin());
+  window.addEventListener("resize", () => refocus());
   page.compare = new CompareView({ schemas: page.schemas, connection: page.connection, readSetup,
                                    baselines: page.baselines, setRunning });
   $("compare-toggle").addEventListener("click", () => page.compare.toggle());
+  if (view.present) page.presentation.enter({ fullscreen: false });
   await loadTraceList();
-  if (setup.trace) {
-    const url = `/static/traces/${encodeURIComponent(setup.trace)}.jsonl`;
-    $("trace").value = url;
-    await loadTrace(url).catch(reportError);
+  if (view.trace) {
+    const option = [...$("trace").options].find((o) => o.dataset.name === view.trace);
+    if (option) $("trace").value = option.value;
+    await loadTrace(view.trace, { at: parsePosition(view.step, view.phase), runIndex: Number(view.run ?? 0) }).catch(reportError);
   } else {
-    setStatus("ready: type a prompt, pick a policy, press Run", "done");
+    setStatus("ready: type a prompt, pick a policy, press Run — or replay a recorded run", "done");
   }
   scheduleDraw();
 }
