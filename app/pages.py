@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,29 @@ async def info(request: Request) -> dict[str, Any]:
 
 
 @router.get("/api/traces")
-async def traces() -> list[dict[str, str]]:
-    """Shipped recorded runs, for replay with no model."""
-    return [{"name": path.stem, "url": f"/static/traces/{path.name}"} for path in sorted(TRACES_DIR.glob("*.jsonl"))]
+async def traces() -> list[dict[str, Any]]:
+    """Shipped recorded runs, for replay with no model: each with the policies it runs and its temperature."""
+    return [describe_trace(path) for path in sorted(TRACES_DIR.glob("*.jsonl"))]
+
+
+def describe_trace(path: Path) -> dict[str, Any]:
+    """A trace's name and URL, and from its run_started events: policies in order, temperature(s), prompt."""
+    starts = []
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if '"run_started"' in line:
+                event = json.loads(line)
+                if event.get("type") == "run_started":
+                    starts.append(event)
+    temperatures = sorted({event["temperature"] for event in starts})
+    return {
+        "name": path.stem,
+        "url": f"/static/traces/{path.name}",
+        "policies": [event["policy"] for event in starts],
+        "policy": ", ".join(event["policy"] for event in starts),
+        "temperature": temperatures[0] if len(temperatures) == 1 else temperatures,
+        "prompt": starts[0]["prompt"] if starts else None,
+    }
 
 
 def describe_engine(engine: Any) -> dict[str, Any]:

@@ -67,6 +67,10 @@ def test_shipped_traces_are_listed_and_parse_as_engine_events(client):
             pytest.fail(f"{entry['name']} no longer matches the event schema; re-record it with "
                         f"`python -m app.record static/traces/{entry['name']}.jsonl --policy ...`: {err}")
         assert events[0].type == "run_started" and events[-1].type == "run_finished"
+        starts = [event for event in events if event.type == "run_started"]
+        assert entry["policies"] == [event.policy for event in starts]
+        temperatures = sorted({event.temperature for event in starts})
+        assert entry["temperature"] == (temperatures[0] if len(temperatures) == 1 else temperatures)
 
 
 def test_command_line_overrides_environment_which_overrides_defaults(monkeypatch):

@@ -44,7 +44,8 @@ export const talonRun = [
     emitted: { parent: 1, token: 103, text: "g", p: 0.6, kind: "recovered" },
     walk: [
       { node: 0, top: [odds(97, "a", 0.7, 0.6), odds(98, " b", 0.1, 0.3)],
-        checks: [{ child: 1, token: 97, rule: "greedy", p: 0.7, q: 0.6, ratio: 1, u: null, accepted: true }],
+        checks: [{ child: 1, token: 97, rule: "greedy", p: 0.7, q: 0.6, ratio: 1, u: null, accepted: true },
+                 { child: 2, token: 98, rule: "greedy", p: 0.1, q: 0.3, ratio: 0, u: null, accepted: false }],
         residual_top: null, drawn: null },
       { node: 1, top: [odds(103, "g", 0.6, null), odds(100, "d", 0.2, 0.5)],
         checks: [{ child: 3, token: 100, rule: "greedy", p: 0.2, q: 0.5, ratio: 0, u: null, accepted: false }],

@@ -1,4 +1,4 @@
-// Pure front-end modules: event folding, tree layout, formatting, URL state, comparison.
+// Pure front-end modules: event folding, formatting, URL state, comparison.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
@@ -6,7 +6,6 @@ import {
   describeNode, foldEvents, outputSegments, runSummary, splitRuns, stepEnds, treeShape,
 } from "../../static/js/model/events.js";
 import { shadeClass, tokenLabel } from "../../static/js/model/format.js";
-import { layoutTree } from "../../static/js/model/layout.js";
 import { decodeSetup, encodeSetup, paramControls } from "../../static/js/model/setup.js";
 
 const header = { schema_version: 1, run_id: "r1", policy: "talon" };
@@ -77,25 +76,6 @@ test("partial_fold_shows_the_tree_growing_layer_by_layer", () => {
   assert.equal(step.nodes.size, 4); // root + 3 candidates
   assert.equal(step.nodes.get("n1").status, "kept");
   assert.equal(step.phase, "draft");
-});
-
-test("layout_places_children_right_of_parents_and_parents_between_children", () => {
-  const layout = layoutTree(foldEvents(stepEvents).steps[0]);
-  const byId = new Map(layout.nodes.map((n) => [n.id, n]));
-  assert.ok(byId.get("n1").x > byId.get("n0").x);
-  assert.ok(byId.get("n3").x > byId.get("n1").x);
-  const kids = layout.nodes.filter((n) => n.parent === "n0").map((n) => n.y);
-  const rootY = byId.get("n0").y;
-  assert.ok(rootY >= Math.min(...kids) && rootY <= Math.max(...kids));
-  assert.equal(layout.edges.length, layout.nodes.length - 1);
-});
-
-test("layout_caps_pruned_candidates_per_parent_and_counts_the_rest", () => {
-  const layout = layoutTree(foldEvents(stepEvents).steps[0], { maxPruned: 0 });
-  const root = layout.nodes.find((n) => n.id === "n0");
-  assert.equal(root.hiddenPruned, 1);
-  assert.ok(!layout.nodes.some((n) => n.id === "c1.2"));
-  assert.ok(layout.nodes.some((n) => n.id === "n2"), "rerank-pruned nodes stay drawn");
 });
 
 test("tree_shape_counts_verified_depth_and_widest_layer", () => {

@@ -48,6 +48,9 @@ const HANDLERS = {
     step.phase = "tree";
     for (const candidate of event.pruned) prunedAtRerank(step, candidate);
     step.postToId = mapVerifiedTree(step, event.nodes);
+    // The verified tree's own index of each node: rows of the attention mask and the KV cache.
+    step.postToId.forEach((id, post) => { step.nodes.get(id).post = post; });
+    step.tree = event.nodes;
     labelRoot(step, event.nodes[0]);
   },
   verify(run, event) {
@@ -88,7 +91,7 @@ function addCandidate(step, depth, candidate, i) {
   step.nodes.set(id, {
     id, parent: `n${candidate.parent}`, token: candidate.token, text: candidate.text,
     depth: candidate.depth, q: candidate.q, score: candidate.score, source: candidate.source,
-    status: candidate.kept ? "kept" : "pruned", reason: candidate.reason,
+    status: candidate.kept ? "kept" : "pruned", reason: candidate.reason, expanded: candidate.expanded ?? candidate.kept,
     threshold: candidate.threshold ?? null, detail: candidate.detail ?? {},
     p: null, verdict: null, index: candidate.node ?? null,
   });

@@ -1,0 +1,225 @@
+// The theory behind a step, computed from the run's own events: the tree-attention mask and position
+// ids of the verified tree (as engine/tree.py builds them), the KV cache before and after the commit,
+// the acceptance walk's numbers, and the formulas: the acceptance rate α, Leviathan's expected tokens
+// per step, and the predicted speedup R = τ / (1 + c·δ), refined by the cost of verifying a tree. No DOM.
+
+import { stepEvent, walkNodes } from "./phases.js";
+
+// ---------------------------------------------------------------- the verified tree
+
+/** The verified tree of a step as flat arrays (index 0 the root): parent, depth, token text. */
+export function verifiedTree(events, phase) {
+  const tree = stepEvent(events, phase, "tree");
+  if (tree) {
+    return { parent: tree.nodes.map((n) => n.parent), depth: tree.nodes.map((n) => n.depth),
+             text: tree.nodes.map((n) => n.text) };
+  }
+  // Plain decoding and runs without detail: the root alone.
+  return { parent: [-1], depth: [0], text: [""] };
+}
+
+/**
+ * [T][T] 0/1: entry (i, j) is 1 iff j is i or one of its ancestors (engine/tree.py ancestor_matrix).
+ *
+ * ancestorMatrix([-1, 0, 0, 1]) -> [[1,0,0,0], [1,1,0,0], [1,0,1,0], [1,1,0,1]]
+ */
+export function ancestorMatrix(parent) {
+  return parent.map((_, i) => {
+    const row = new Array(parent.length).fill(0);
+    for (let j = i; j !== -1; j = parent[j]) row[j] = 1;
+    return row;
+  });
+}
+
+/**
+ * [T][P + T] 0/1: every node sees the whole prefix, its ancestors and itself (tree_attention_allowed).
+ *
+ * attentionMask([-1, 0, 0], 2) -> [[1,1,1,0,0], [1,1,1,1,0], [1,1,1,0,1]]
+ */
+export function attentionMask(parent, prefixLen) {
+  const prefix = new Array(prefixLen).fill(1);
+  return ancestorMatrix(parent).map((row) => prefix.concat(row));
+}
+
+/** Position ids: prefix length + depth (engine/tree.py position_ids). positionIds([0, 1, 1, 2], 10) -> [10, 11, 11, 12] */
+export function positionIds(depth, prefixLen) {
+  return depth.map((d) => prefixLen + d);
+}
+
+/** The node and its ancestors, root last. */
+export function ancestorsOf(parent, node) {
+  const chain = [];
+  for (let j = node; j !== -1 && j != null; j = parent[j]) chain.push(j);
+  return chain;
+}
+
+// ---------------------------------------------------------------- KV cache
+
+/**
+ * The target's cache around one step: `prefix` rows before verify, one row per tree node during
+ * verify (root first), and after the commit the prefix plus the root and the accepted path.
+ * Rows: { post, depth, fate: "kept" | "dropped" } in tree order.
+ */
+export function kvCache(events, phase, prefixLen) {
+  const tree = verifiedTree(events, phase);
+  const verify = stepEvent(events, phase, "verify");
+  const kept = new Set(verify ? verify.accepted_path : [0]);
+  const rows = tree.parent.map((_, post) => ({ post, depth: tree.depth[post], text: tree.text[post],
+                                               fate: kept.has(post) ? "kept" : "dropped" }));
+  return { prefix: prefixLen, rows, kept: kept.size, dropped: rows.length - kept.size, after: prefixLen + kept.size };
+}
+
+// ---------------------------------------------------------------- the acceptance walk
+
+/**
+ * What the sampling panel shows at an accept phase: the node the walk stands on, the target's p and
+ * the draft's q over the top tokens, each child tried (rule, ratio, u, outcome), and on rejection of
+ * all, the residual and the token drawn. From the verify event's `walk` (schema 2); a version-1
+ * event gives the tried children's p and q only (`partial`).
+ */
+export function walkStep(verify, walked, parent = null) {
+  const walk = walkNodes(verify);
+  const index = Math.max(0, Math.min(walked, walk.length) - 1);
+  const post = walk[index];
+  const last = index === walk.length - 1;
+  const entry = verify.walk?.[index];
+  if (entry) {
+    return { node: post, top: entry.top, checks: entry.checks, residual: entry.residual_top ?? null,
+             drawn: entry.drawn ?? null, emitted: last ? verify.emitted : null, partial: false };
+  }
+  // Version 1: the children of the walked node that acceptance tried, best q first as it tries them.
+  const children = verify.nodes.filter((v) => v.verdict !== "unreached" && (parent == null || parent[v.node] === post))
+    .sort((a, b) => b.q - a.q);
+  return { node: post, top: null, checks: children.map((v) => ({ child: v.node, token: v.token, rule: null, p: v.p, q: v.q,
+                                                                   ratio: null, u: null, accepted: v.verdict === "accepted" })),
+           residual: null, drawn: last ? verify.emitted.token : null, emitted: last ? verify.emitted : null, partial: true };
+}
+
+// ---------------------------------------------------------------- formulas
+
+/**
+ * The measured acceptance rate α: of the drafted positions the walk tried along its path, the share
+ * accepted. Each step accepts `accepted` positions and, unless it reached a leaf (bonus), rejects one;
+ * α = Σ accepted / (Σ accepted + rejecting steps). For a chain this estimates Leviathan's α.
+ */
+export function acceptanceRate(events) {
+  let accepted = 0;
+  let stops = 0;
+  for (const event of events) {
+    if (event.type !== "verify" || !event.nodes.length) continue;
+    accepted += event.accepted_path.length - 1;
+    if (event.emitted.kind === "recovered") stops += 1;
+  }
+  return accepted + stops ? accepted / (accepted + stops) : null;
+}
+
+/**
+ * Leviathan et al.'s expected tokens per step of a chain of γ drafts accepted each with probability α:
+ * (1 − α^(γ+1)) / (1 − α); γ + 1 when α = 1.
+ *
+ * leviathanTau(0.8, 4) -> 3.3616
+ */
+export function leviathanTau(alpha, gamma) {
+  if (alpha == null || gamma == null) return null;
+  if (alpha >= 1) return gamma + 1;
+  return (1 - alpha ** (gamma + 1)) / (1 - alpha);
+}
+
+/**
+ * Predicted speedup over plain decoding: τ tokens per step, each step costing one verify forward
+ * (`verifyCost` of them: 1 when verifying a tree costs as much as one token) plus δ draft forwards
+ * at c each. R = τ / (verifyCost + c·δ).
+ *
+ * predictedSpeedup(3, 0.05, 4) -> 2.5
+ */
+export function predictedSpeedup(tau, c, delta, verifyCost = 1) {
+  if (tau == null || c == null || delta == null) return null;
+  return tau / (verifyCost + c * delta);
+}
+
+/**
+ * A cost table's time for a target forward of `n` tokens at `context` cached tokens, in ms (as
+ * engine/costs.py CostTable.cost: context rounded up to a measured one, n interpolated linearly and
+ * extrapolated from the last two). `table` is the table's JSON.
+ */
+export function tableCost(table, n, context, batch = 1) {
+  if (n <= 0) return 0;
+  const row = runningMax(table.target.ms[bucket(table.batches, batch)][bucket(table.contexts, context)]);
+  return interpolate(table.ns, row, n);
+}
+
+/** Index of the smallest grid value ≥ x, clamped to the last (CAST's select). */
+function bucket(grid, x) {
+  const i = grid.findIndex((v) => v >= x);
+  return i === -1 ? grid.length - 1 : i;
+}
+
+/** Piecewise-linear through (xs, ys), extended linearly past both ends, never below 0. */
+function interpolate(xs, ys, x) {
+  if (xs.length === 1) return ys[0];
+  let k = 0;
+  while (k < xs.length - 2 && xs[k + 1] <= x) k += 1;
+  const slope = (ys[k + 1] - ys[k]) / (xs[k + 1] - xs[k]);
+  return Math.max(ys[k] + slope * (x - xs[k]), 0);
+}
+
+// A forward of more tokens never costs less; measured dips are timing noise.
+function runningMax(row) {
+  let best = -Infinity;
+  return row.map((v) => (best = Math.max(best, v)));
+}
+
+/**
+ * How many one-token forwards verifying this step's tree costs: from the run's cost table where
+ * the run reports one, else measured (this step's verify time over plain decoding's mean, when a
+ * plain decoding run of the same setup is at hand), else null.
+ */
+export function verifyCost({ table = null, treeTokens, context, stepVerifyMs = null, arVerifyMs = null }) {
+  if (table) {
+    const one = tableCost(table, 1, context);
+    return one > 0 ? { ratio: tableCost(table, treeTokens, context) / one, source: "cost table" } : null;
+  }
+  if (stepVerifyMs != null && arVerifyMs > 0) return { ratio: stepVerifyMs / arVerifyMs, source: "measured" };
+  return null;
+}
+
+/** Mean verify ms per step of a run's events (plain decoding: the time of a one-token forward). */
+export function meanVerifyMs(events) {
+  const metrics = events.filter((e) => e.type === "step_metrics");
+  return metrics.length ? metrics.reduce((s, m) => s + m.verify_ms, 0) / metrics.length : null;
+}
+
+/**
+ * The formula panel's numbers at a phase: α so far, τ, δ, c, Leviathan's τ for a chain, predicted R
+ * (ideal and with the tree's verify cost), the measured speedup where plain decoding's speed is known.
+ */
+export function formulaNumbers(events, phase, { arFinished = null, arEvents = null, table = null, prefixLen = 0 } = {}) {
+  const upTo = events.slice(0, phase?.end ?? events.length);
+  const started = events.find((e) => e.type === "run_started") ?? {};
+  const finished = events.find((e) => e.type === "run_finished") ?? null;
+  const metrics = upTo.filter((e) => e.type === "step_metrics");
+  const steps = metrics.length;
+  const tau = finished && upTo.includes(finished) ? finished.tau : steps ? metrics.reduce((s, m) => s + m.emitted, 0) / steps : null;
+  const delta = finished && upTo.includes(finished) ? finished.delta
+    : steps ? metrics.reduce((s, m) => s + m.draft_forwards, 0) / steps : null;
+  const c = finished?.c ?? null;
+  const alpha = acceptanceRate(upTo);
+  const gamma = started.policy === "chain" ? started.params?.gamma ?? null : null;
+  const step = metrics.find((m) => m.step === phase?.step) ?? null;
+  const treeTokens = step ? step.tree_size + 1 : null;
+  const cost = treeTokens == null ? null : verifyCost({ table, treeTokens, context: prefixLen, stepVerifyMs: step.verify_ms,
+                                                        arVerifyMs: arEvents ? meanVerifyMs(arEvents) : null });
+  const meanTree = steps ? metrics.reduce((s, m) => s + m.tree_size, 0) / steps : null;
+  const runCost = verifyCost({ table, treeTokens: (meanTree ?? 0) + 1, context: prefixLen,
+                               stepVerifyMs: meanVerifyMs(upTo), arVerifyMs: arEvents ? meanVerifyMs(arEvents) : null });
+  return {
+    alpha, tau, delta, c, gamma, steps,
+    leviathan: leviathanTau(alpha, gamma),
+    predicted: predictedSpeedup(tau, c, delta),
+    predictedWithCost: runCost ? predictedSpeedup(tau, c, delta, runCost.ratio) : null,
+    runVerifyCost: runCost,
+    stepVerifyCost: cost,
+    treeTokens,
+    measured: finished && arFinished?.tokens_per_s > 0 ? finished.tokens_per_s / arFinished.tokens_per_s : null,
+  };
+}

@@ -1,0 +1,250 @@
+// The theory panels, drawn from the step on screen: the tree-attention mask with position ids, the
+// KV cache strip, the acceptance walk's numbers (p, q, min(1, p/q), u, the residual) and the formulas
+// with live numbers. Numbers come from model/theory.js; this module only draws. SVG throughout, so
+// the export can take the panel as it is.
+
+import { sig, quote } from "../model/narration.js";
+import { ancestorsOf, attentionMask, positionIds } from "../model/theory.js";
+import { tokenLabel, truncate } from "../model/format.js";
+import { el, svgEl } from "./dom.js";
+
+// ---------------------------------------------------------------- attention mask
+
+/** Which prefix columns to draw: all when few, else the first two and the last two (the rest are all 1 too). */
+export function prefixColumns(prefixLen) {
+  if (prefixLen <= 8) return [...Array(prefixLen).keys()];
+  return [0, 1, null, prefixLen - 2, prefixLen - 1];
+}
+
+/**
+ * The mask of the verified tree: one row per node (root first), a column per prefix token (some
+ * elided) and per node. Cells carry data-row, data-col (the column in the full [T, P + T] matrix)
+ * and data-allowed; the hovered node's row and its ancestors' cells are lit.
+ */
+export function renderMask(box, tree, prefixLen, { width = 520, height = 420, hovered = null, onHover = () => {} } = {}) {
+  const mask = attentionMask(tree.parent, prefixLen);
+  const positions = positionIds(tree.depth, prefixLen);
+  const T = tree.parent.length;
+  const shownPrefix = prefixColumns(prefixLen);
+  const columns = [...shownPrefix.map((j) => (j == null ? null : j)), ...tree.parent.map((_, i) => prefixLen + i)];
+  const labelled = T <= 28;
+  const gutter = labelled ? 120 : 8;
+  const right = 80;
+  const cell = Math.max(3, Math.min(26, Math.floor(Math.min((width - gutter - right) / columns.length, (height - 56) / T))));
+  const svg = svgEl("svg", { class: "mask", role: "img", width: Math.max(gutter + columns.length * cell + right, 420), height: 56 + T * cell,
+                             "aria-label": `tree-attention mask: ${T} nodes × ${prefixLen} prefix + ${T} tree columns` });
+  const prefixWidth = shownPrefix.length * cell;
+  const treeWidth = T * cell;
+  // Column groups: a bar over the prefix columns and one over the tree's, named on the line above.
+  svg.append(svgEl("text", { x: gutter, y: 16, class: "mask-head" },
+                   `columns: prefix ${prefixLen}${prefixLen > shownPrefix.length ? " (4 shown)" : ""} · tree ${T}`),
+             svgEl("rect", { x: gutter, y: 28, width: Math.max(prefixWidth - 2, 1), height: 8, class: "mask-group prefix" }),
+             svgEl("rect", { x: gutter + prefixWidth, y: 28, width: treeWidth - 1, height: 8, class: "mask-group tree" }),
+             svgEl("text", { x: gutter + columns.length * cell + 6, y: 16, class: "mask-head" }, "position"));
+  const lit = hovered == null ? new Set() : new Set(ancestorsOf(tree.parent, hovered));
+  const grid = svgEl("g", { transform: `translate(${gutter},48)` });
+  for (let i = 0; i < T; i++) {
+    const row = svgEl("g", { class: `mask-row${i === hovered ? " hovered" : ""}`, "data-row": String(i) });
+    columns.forEach((col, k) => {
+      if (col == null) {
+        row.append(svgEl("text", { x: k * cell + cell / 2, y: i * cell + cell / 2, dy: "0.35em", class: "mask-gap" }, "⋯"));
+        return;
+      }
+      const allowed = mask[i][col];
+      const isTree = col >= prefixLen;
+      const litCell = allowed && i === hovered && (!isTree || lit.has(col - prefixLen));
+      row.append(svgEl("rect", { x: k * cell, y: i * cell, width: cell - (cell > 5 ? 1 : 0), height: cell - (cell > 5 ? 1 : 0),
+                                 class: `cell${allowed ? " allowed" : ""}${isTree ? " tree" : ""}${litCell ? " lit" : ""}`,
+                                 "data-row": String(i), "data-col": String(col), "data-allowed": String(allowed) }));
+    });
+    if (labelled) {
+      row.append(svgEl("text", { x: -8, y: i * cell + cell / 2, dy: "0.35em", "text-anchor": "end", class: "mask-label" },
+                       `${i === 0 ? "root " : ""}${truncate(tokenLabel(tree.text[i]), 8)}`));
+    }
+    if (cell >= 14) {
+      row.append(svgEl("text", { x: columns.length * cell + 6, y: i * cell + cell / 2, dy: "0.35em", class: "mask-pos",
+                                 "data-position": String(positions[i]) }, String(positions[i])));
+    } else {
+      // Too small to print: the depth as a bar, longer for deeper nodes.
+      row.append(svgEl("rect", { x: columns.length * cell + 6, y: i * cell, width: 4 + tree.depth[i] * 6, height: Math.max(1, cell - 1),
+                                 class: "mask-depth", "data-position": String(positions[i]) }));
+    }
+    row.addEventListener("pointerenter", () => onHover(i));
+    grid.append(row);
+  }
+  svg.append(grid);
+  const note = el("p", { class: "panel-note" });
+  note.textContent = hovered == null
+    ? `Row i is node i of the tree. A node sees the whole prefix (${prefixLen} tokens), its ancestors and itself; ` +
+      `its position id is ${prefixLen} + depth (${Math.min(...positions)} … ${Math.max(...positions)}), so siblings share one. Hover a node or a row.`
+    : `${quote(tree.text[hovered])} at depth ${tree.depth[hovered]} (position ${positions[hovered]}) sees the prefix and ` +
+      `${[...lit].reverse().map((j) => quote(tree.text[j])).join(" → ")}.`;
+  box.replaceChildren(svg, note);
+  box.dataset.rows = String(T);
+  box.dataset.prefix = String(prefixLen);
+}
+
+// ---------------------------------------------------------------- KV cache
+
+/**
+ * The cache as a strip: the prefix, then one row per tree node as verify wrote them, and below it
+ * the cache after the commit (prefix, root, accepted path). In the commit phase the kept rows slide
+ * left into place and the dropped ones fall away.
+ */
+export function renderKv(box, cache, { committed = false, width = 520 } = {}) {
+  const T = cache.rows.length;
+  const prefixW = 110;
+  const cell = Math.max(4, Math.min(28, Math.floor((width - prefixW - 24) / Math.max(T, 1))));
+  const svg = svgEl("svg", { class: "kv", role: "img", width: prefixW + T * cell + 20, height: 150,
+                             "aria-label": `KV cache: ${cache.prefix} prefix rows, ${T} tree rows, ${cache.kept} kept` });
+  const strip = (y, title) => {
+    svg.append(svgEl("text", { x: 0, y: y - 8, class: "kv-title" }, title));
+    svg.append(svgEl("rect", { x: 0, y, width: prefixW - 6, height: 28, class: "kv-prefix" }),
+               svgEl("text", { x: 8, y: y + 14, dy: "0.35em", class: "kv-prefix-label" }, `prefix ${cache.prefix}`));
+  };
+  strip(26, `after verify: ${cache.prefix} + ${T} rows`);
+  strip(102, committed ? `after commit: ${cache.after} rows (${cache.dropped} dropped)` : "after commit: …");
+  let keptIndex = 0;
+  for (const row of cache.rows) {
+    const x = prefixW + row.post * cell;
+    const cls = `kv-row ${row.post === 0 ? "root" : row.fate}`;
+    svg.append(svgEl("rect", { x, y: 26, width: cell - 1, height: 28, class: cls, "data-post": String(row.post) }));
+    if (row.fate !== "kept") continue;
+    const target = prefixW + keptIndex * cell;
+    keptIndex += 1;
+    // Starts where verify wrote the row and slides to its place after the prefix.
+    const moved = svgEl("rect", { x: target, y: 102, width: cell - 1, height: 28, class: `${cls} moved`,
+                                  style: `--from: ${x - target}px` });
+    svg.append(moved);
+  }
+  if (cell >= 14) {
+    cache.rows.forEach((row) => {
+      if (row.fate === "kept" || row.post === 0) return;
+      svg.append(svgEl("text", { x: prefixW + row.post * cell + cell / 2, y: 40, dy: "0.35em", "text-anchor": "middle",
+                                 class: "kv-mark" }, "✗"));
+    });
+  }
+  svg.classList.toggle("committed", committed);
+  const note = el("p", { class: "panel-note" },
+                  `Verify appends a key and value row for each of the ${T} tree tokens. The commit keeps the root and ` +
+                  `the ${cache.kept - 1} accepted (✓) and drops ${cache.dropped} (✗): the cache then reads exactly as if ` +
+                  `plain decoding had produced those tokens one by one.`);
+  box.replaceChildren(svg, note);
+  box.dataset.before = String(cache.prefix + T);
+  box.dataset.after = String(cache.after);
+  box.dataset.committed = String(committed);
+}
+
+// ---------------------------------------------------------------- sampling
+
+/**
+ * The walk at one node: the target's p and the draft's q over the top tokens as paired bars; each
+ * child tried with its rule, min(1, p/q), the uniform draw u and the outcome; on rejection of all,
+ * the residual norm(max(0, p − q)) and the token drawn from it.
+ */
+export function renderSampling(box, walk, { nodeText, temperature, textOf }) {
+  if (!walk) {
+    box.replaceChildren(el("p", { class: "panel-note" },
+      temperature > 0 ? "Step to an accept phase: this panel shows the target's p and the draft's q at each node the walk visits, the draw u and the outcome."
+        : "At temperature 0 the walk follows the target's argmax: a child is accepted when it is the target's top token. Step to an accept phase to see it."));
+    delete box.dataset.node;
+    return;
+  }
+  const parts = [el("h4", {}, `at ${quote(nodeText)}`)];
+  if (walk.top) parts.push(bars("target p and draft q", walk.top, { pq: true }));
+  if (walk.checks.length) parts.push(checksTable(walk.checks, textOf));
+  else parts.push(el("p", { class: "panel-note" }, "No drafted child here: the path ends at this node."));
+  if (walk.residual) parts.push(bars("residual norm(max(0, p − q))", walk.residual.map((t) => ({ ...t, q: null })), { residual: true }));
+  if (walk.emitted) {
+    const drawn = el("p", { class: `drawn ${walk.emitted.kind}`, "data-testid": "drawn-token", "data-token": String(walk.emitted.token) },
+                     `${walk.emitted.kind === "bonus" ? "★ bonus" : "↺ recovered"}: ${quote(walk.emitted.text)} ` +
+                     `(p = ${sig(walk.emitted.p, 3)}) — ${walk.residual ? "drawn from the residual" : temperature > 0 ? "drawn from p" : "the target's argmax"}`);
+    parts.push(drawn);
+  }
+  if (walk.partial) parts.push(el("p", { class: "panel-note" }, "This trace predates the walk's numbers (schema 1): p and q of the tried children only."));
+  box.replaceChildren(...parts);
+  box.dataset.node = String(walk.node);
+}
+
+function bars(title, tokens, { pq = false, residual = false } = {}) {
+  const width = 420;
+  const rowH = pq ? 34 : 22;
+  const labelW = 110;
+  const svg = svgEl("svg", { class: `bars${residual ? " residual" : ""}`, width, height: 26 + tokens.length * rowH, role: "img",
+                             "aria-label": title });
+  svg.append(svgEl("text", { x: 0, y: 16, class: "bars-title" }, title));
+  const scale = (width - labelW - 70) / Math.max(...tokens.flatMap((t) => [t.p ?? 0, t.q ?? 0]), 1e-9);
+  tokens.forEach((t, i) => {
+    const y = 26 + i * rowH;
+    const row = svgEl("g", { class: "bar-row", "data-token": String(t.token), "data-p": String(t.p), "data-q": t.q == null ? "" : String(t.q) });
+    row.append(svgEl("text", { x: labelW - 8, y: y + (pq ? 14 : 10), dy: "0.35em", "text-anchor": "end", class: "bar-label" },
+                     truncate(tokenLabel(t.text), 10)));
+    row.append(svgEl("rect", { x: labelW, y, width: Math.max(1, (t.p ?? 0) * scale), height: pq ? 14 : 18, class: residual ? "bar residual" : "bar p" }),
+               svgEl("text", { x: labelW + (t.p ?? 0) * scale + 6, y: y + (pq ? 7 : 9), dy: "0.35em", class: "bar-value" }, `${residual ? "" : "p "}${sig(t.p, 3)}`));
+    if (pq) {
+      row.append(svgEl("rect", { x: labelW, y: y + 16, width: Math.max(1, (t.q ?? 0) * scale), height: 14, class: "bar q" }),
+                 svgEl("text", { x: labelW + (t.q ?? 0) * scale + 6, y: y + 23, dy: "0.35em", class: "bar-value" }, `q ${t.q == null ? "–" : sig(t.q, 3)}`));
+    }
+    svg.append(row);
+  });
+  return svg;
+}
+
+function checksTable(checks, textOf) {
+  const table = el("table", { class: "checks" });
+  const head = el("tr");
+  for (const h of ["child", "rule", "p", "q", "accept if u <", "u", ""]) head.append(el("th", {}, h));
+  table.append(head);
+  for (const check of checks) {
+    const tr = el("tr", { class: check.accepted ? "accepted" : "rejected", "data-u": check.u == null ? "" : String(check.u),
+                          "data-ratio": check.ratio == null ? "" : String(check.ratio), "data-child": String(check.child) });
+    const rule = check.rule === "sampled" ? "min(1, p/q)" : check.rule === "deterministic" ? "p" : check.rule === "greedy" ? "argmax" : "–";
+    for (const value of [quote(textOf(check)), rule, sig(check.p, 3), check.q == null ? "–" : sig(check.q, 3),
+                         check.ratio == null ? "–" : sig(check.ratio, 3), check.u == null ? "–" : sig(check.u, 3),
+                         check.accepted ? "✓ accepted" : "✗ rejected"]) {
+      tr.append(el("td", {}, value));
+    }
+    table.append(tr);
+  }
+  return table;
+}
+
+// ---------------------------------------------------------------- formulas
+
+/** The formulas with this run's numbers; each value also sits in a data attribute for tests. */
+export function renderFormulas(box, f, { policy }) {
+  const rows = [];
+  const line = (name, formula, value, attrs = {}, note = "") => {
+    const row = el("div", { class: "formula", ...attrs });
+    row.append(el("span", { class: "formula-name" }, name), el("span", { class: "formula-body" }, formula),
+               el("span", { class: "formula-value" }, value));
+    if (note) row.append(el("small", { class: "formula-note" }, note));
+    rows.push(row);
+  };
+  line("α", "accepted ÷ drafted positions tried", sig(f.alpha, 3), { "data-alpha": String(f.alpha ?? "") },
+       "each step tries its path's tokens until the first rejection");
+  if (f.gamma != null) {
+    const expr = f.alpha == null ? "–" : `(1 − ${sig(f.alpha, 3)}^${f.gamma + 1}) / (1 − ${sig(f.alpha, 3)})`;
+    line("E[τ]", `Leviathan: (1 − α^(γ+1)) / (1 − α) = ${expr}`, `${sig(f.leviathan, 3)} vs τ ${sig(f.tau, 3)} measured`,
+         { "data-leviathan": String(f.leviathan ?? ""), "data-tau": String(f.tau ?? "") }, `γ = ${f.gamma}; α assumed the same at every position`);
+  } else {
+    line("τ", "tokens per step (accepted + 1)", sig(f.tau, 3), { "data-tau": String(f.tau ?? "") },
+         policy === "ar" ? "plain decoding: always 1" : "a tree offers alternatives at each depth, so τ can beat a chain's (1 − α^(γ+1)) / (1 − α)");
+  }
+  line("δ, c", "draft forwards per step; draft ÷ verify forward time", `${sig(f.delta, 3)}, ${sig(f.c, 3)}`);
+  line("R", `τ / (1 + c·δ) = ${sig(f.tau, 3)} / (1 + ${sig(f.c, 3)} × ${sig(f.delta, 3)})`,
+       `${sig(f.predicted, 3)}× predicted${f.measured != null ? ` vs ${sig(f.measured, 3)}× measured` : ""}`,
+       { "data-predicted": String(f.predicted ?? ""), "data-measured": String(f.measured ?? "") },
+       f.measured == null ? "measured speedup: replay a comparison trace or run ar with the same setup" : "measured: tokens/s over plain decoding's, same setup");
+  if (f.stepVerifyCost) {
+    line("verify", `this tree (${f.treeTokens} tokens) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards`,
+         f.predictedWithCost != null ? `R = τ / (v + c·δ) = ${sig(f.predictedWithCost, 3)}×` : "",
+         { "data-verify-cost": String(f.stepVerifyCost.ratio), "data-verify-source": f.stepVerifyCost.source },
+         `${f.stepVerifyCost.source === "cost table" ? "from the engine's cost table" : "measured: this step's verify time over plain decoding's"}` +
+         "; R assumes 1 — true where the device has compute to spare (a GPU), not on a laptop CPU, where each extra token costs time");
+  } else {
+    line("verify", "cost of the tree vs a one-token forward", "–", {},
+         "needs a cost table in the run or a plain decoding run of the same setup");
+  }
+  box.replaceChildren(...rows);
+}

@@ -1,0 +1,88 @@
+// Theory maths: the mask and position ids as engine/tree.py builds them, the KV cache around a step,
+// the walk's numbers, α, Leviathan's τ, R and the cost table lookup as engine/costs.py does it.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { phasesOf } from "../../static/js/model/phases.js";
+import {
+  acceptanceRate, ancestorMatrix, ancestorsOf, attentionMask, formulaNumbers, kvCache, leviathanTau, positionIds,
+  predictedSpeedup, tableCost, verifiedTree, verifyCost, walkStep,
+} from "../../static/js/model/theory.js";
+import { arRun, sampledRun, talonRun } from "./fixtures.mjs";
+
+test("mask_and_positions_match_engine_tree_doctests", () => {
+  assert.deepEqual(ancestorMatrix([-1, 0, 0, 1]), [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]);
+  assert.deepEqual(attentionMask([-1, 0, 0], 2), [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]]);
+  assert.deepEqual(positionIds([0, 1, 1, 2], 10), [10, 11, 11, 12]);
+  assert.deepEqual(ancestorsOf([-1, 0, 0, 1], 3), [3, 1, 0]);
+});
+
+test("the_verified_tree_comes_from_the_tree_event_and_plain_decoding_is_the_root_alone", () => {
+  const verify = phasesOf(talonRun).find((p) => p.name === "verify");
+  assert.deepEqual(verifiedTree(talonRun, verify), { parent: [-1, 0, 0, 1, 2], depth: [0, 1, 1, 2, 2], text: ["x", "a", " b", "d", "f"] });
+  assert.deepEqual(verifiedTree(arRun, phasesOf(arRun)[0]).parent, [-1]);
+});
+
+test("the_cache_keeps_the_prefix_the_root_and_the_accepted_path", () => {
+  const commit = phasesOf(talonRun).find((p) => p.name === "commit");
+  const cache = kvCache(talonRun, commit, 9);
+  assert.deepEqual(cache.rows.map((r) => r.fate), ["kept", "kept", "dropped", "dropped", "dropped"]);
+  assert.deepEqual([cache.kept, cache.dropped, cache.after], [2, 3, 11]);
+});
+
+test("the_walk_gives_p_q_u_ratio_and_the_residual_draw_of_each_visited_node", () => {
+  const verify = sampledRun.find((e) => e.type === "verify");
+  const first = walkStep(verify, 1);
+  assert.equal(first.node, 0);
+  assert.deepEqual(first.checks.map((c) => [c.u, c.ratio, c.accepted]), [[0.3, 1, true]]);
+  assert.equal(first.emitted, null);
+  const last = walkStep(verify, 2);
+  assert.equal(last.node, 1);
+  assert.deepEqual(last.checks.map((c) => [c.u, c.accepted]), [[0.9, false]]);
+  assert.deepEqual(last.residual.map((t) => t.text), ["w", "y"]);
+  assert.equal(last.emitted.text, "w");
+  assert.equal(last.drawn, 203);
+});
+
+test("a_version_1_walk_falls_back_to_the_tried_children_of_the_visited_node", () => {
+  const verify = structuredClone(talonRun.find((e) => e.type === "verify"));
+  delete verify.walk;
+  const atRoot = walkStep(verify, 1, [-1, 0, 0, 1, 2]);
+  assert.deepEqual(atRoot.checks.map((c) => [c.child, c.accepted]), [[1, true], [2, false]]);
+  assert.ok(atRoot.partial);
+  assert.deepEqual(walkStep(verify, 2, [-1, 0, 0, 1, 2]).checks.map((c) => c.child), [3]);
+});
+
+test("alpha_counts_accepted_over_tried_positions_and_leviathan_follows", () => {
+  assert.equal(acceptanceRate(talonRun), 2 / 3, "step 1: 1 accepted then a rejection; step 2: 1 accepted to a leaf");
+  assert.equal(acceptanceRate(arRun), null, "nothing drafted");
+  assert.ok(Math.abs(leviathanTau(0.8, 4) - 3.3616) < 1e-12);
+  assert.equal(leviathanTau(1, 4), 5);
+  assert.equal(predictedSpeedup(3, 0.05, 4), 2.5);
+  assert.equal(predictedSpeedup(3, 0.05, 4, 2), 3 / 2.2, "a tree that costs two one-token forwards");
+});
+
+test("the_cost_table_is_read_as_engine_costs_reads_it", () => {
+  const table = { batches: [1], contexts: [128, 512], ns: [1, 2, 4], target: { ms: [[[10, 12, 20], [11, 10.5, 30]]] } };
+  assert.equal(tableCost(table, 3, 100), 16, "_interpolate doctest");
+  assert.equal(tableCost(table, 6, 100), 28, "extrapolated from the last two");
+  assert.equal(tableCost(table, 2, 300), 11, "context rounded up, running maximum");
+  assert.equal(verifyCost({ table, treeTokens: 4, context: 100 }).ratio, 2);
+  assert.deepEqual(verifyCost({ treeTokens: 61, context: 9, stepVerifyMs: 30, arVerifyMs: 10 }), { ratio: 3, source: "measured" });
+  assert.equal(verifyCost({ treeTokens: 61, context: 9 }), null);
+});
+
+test("formula_numbers_use_the_run_so_far_and_plain_decoding_for_the_measured_speedup", () => {
+  const phases = phasesOf(talonRun);
+  const first = formulaNumbers(talonRun, phases[5], { arEvents: arRun, prefixLen: 9 });
+  assert.equal(first.tau, 2);
+  assert.equal(first.alpha, 0.5);
+  assert.equal(first.measured, null, "the run has not finished");
+  assert.deepEqual(first.stepVerifyCost, { ratio: 2, source: "measured" }, "10 ms over ar's 5 ms");
+  const end = formulaNumbers(talonRun, phases[phases.length - 1], { arEvents: arRun, arFinished: arRun[arRun.length - 1] });
+  assert.equal(end.measured, 0.5);
+  assert.equal(end.predicted, 2 / (1 + 0.2 * 1.5));
+  const chain = formulaNumbers(sampledRun, phasesOf(sampledRun).at(-1));
+  assert.equal(chain.gamma, 2);
+  assert.equal(chain.leviathan, leviathanTau(0.5, 2));
+});
