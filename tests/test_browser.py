@@ -159,7 +159,7 @@ def test_compare_mode_runs_talon_and_eagle_after_ar_and_outputs_are_identical(pa
     table = [row.split("\t") for row in page.inner_text("[data-testid=compare-table] tbody").splitlines()]
     page.screenshot(path=str(ARTIFACTS / "browser-compare.png"), full_page=True)
     assert [row[0] for row in table] == ["ar", "1: talon", "2: eagle"]
-    assert all(row[-1] == "yes" for row in table), table
+    assert table[0][-1] == "the baseline" and all(row[-1] == "identical" for row in table[1:]), table
     assert page.locator("[data-testid=pane-tree] [data-status]").count() > 0
 
 

@@ -374,20 +374,22 @@ async function loadTraceList() {
   return traces;
 }
 
-/** Whether a trace of that name is shipped; if not, the status line lists the ones that are. */
-function knownTrace(name) {
-  if (page.traces.some((trace) => trace.name === name)) return true;
+/** A trace the server does not have: the status line says so and lists the shipped ones. */
+function unknownTrace(name) {
   const names = page.traces.map((trace) => trace.name).join(", ") || "none";
   setStatus(`There is no trace named "${name}". The shipped traces are: ${names}. ` +
             "Choose one under “Replay a recorded run”.", "error");
   if (page.compare?.open) page.compare.setStatus($("status").textContent, "error");
-  return false;
+  $("trace").value = "";
 }
 
 async function loadTrace(name, { at = null, runIndex = 0 } = {}) {
-  if (!knownTrace(name)) return null;
   const url = `/static/traces/${encodeURIComponent(name)}.jsonl`;
   const response = await fetch(url);
+  if (response.status === 404) {
+    unknownTrace(name);
+    return null;
+  }
   if (!response.ok) throw new Error(`cannot load the trace ${name}: ${response.status}`);
   const runs = splitRuns(parseTrace(await response.text()));
   const index = Math.min(Math.max(0, runIndex), runs.length - 1);
