@@ -217,7 +217,7 @@ export class CompareView {
       const arEvents = [];
       this.setStatus("running ar (the baseline)…", "busy");
       const ar = await this.connection.run({ ...setup, policy: "ar", params: {} }, (event) => {
-        clearOnce();
+        if (event.type === "run_started") clearOnce(); // a refused request leaves the panes as they were
         arEvents.push(event);
       });
       this.baselines.set(baselineKey(setup), ar);
