@@ -22,8 +22,8 @@ import { TreeView, createTooltip } from "./view/tree.js";
 const $ = (id) => document.getElementById(id);
 
 // Zoom limits: labels are 15 px at zoom 1; never drawn under 14 px on screen, 24 px on a projector.
-const ZOOM = { screen: { minZoom: 14 / 15, homeZoom: 1.05, maxZoom: 1.5 },
-               projector: { minZoom: 24 / 15, homeZoom: 1.7, maxZoom: 2.2 } };
+const ZOOM = { screen: { minZoom: 0.94, homeZoom: 1.05, maxZoom: 1.5 },
+               projector: { minZoom: 1.61, homeZoom: 1.7, maxZoom: 2.2 } };
 // A layer whose folded candidates are this few opens by itself while it is the one drafted.
 const OPEN_BY_ITSELF = 12;
 const PANEL_OF_PHASE = { draft: "formulas", rerank: "formulas", verify: "mask", accept: "sampling", commit: "kv" };
@@ -85,9 +85,12 @@ let drawPending = false;
 function scheduleDraw() {
   if (drawPending) return;
   drawPending = true;
+  // Tests (and anyone scripting the page) wait for "drawn" before reading what is on screen.
+  document.body.dataset.draw = "pending";
   requestAnimationFrame(() => {
     drawPending = false;
     draw();
+    document.body.dataset.draw = "drawn";
   });
 }
 

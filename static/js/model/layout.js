@@ -13,7 +13,7 @@ export const LAYOUT = {
   row: 34, // vertical pitch of node rows
   chipRow: 30, // and of "+k more" rows
   gap: 30, // horizontal gap between columns
-  header: 56, // room above the tree for each layer's title and its collapsed count
+  header: 80, // room above the tree for each layer's title, its bar and its folded count
   left: 12,
   maxLabel: 10, // characters before a label is cut
 };
@@ -23,7 +23,7 @@ export const MARKS = { accepted: "✓", rejected: "✗", recovered: "↺", bonus
 
 /** A node's label: its mark, then its token with whitespace made visible, cut to fit. */
 export function nodeLabel(node) {
-  if (node.status === "root") return `…${truncate(tokenLabel(node.text), 7)}`;
+  if (node.status === "root") return node.token == null ? "prompt…" : `…${truncate(tokenLabel(node.text), 7)}`;
   const mark = MARKS[node.status];
   const text = truncate(tokenLabel(node.text), LAYOUT.maxLabel);
   return mark ? `${mark} ${text}` : text;

@@ -98,7 +98,8 @@ function parentsOf(layer) {
 }
 
 function rootText(context) {
-  return quote(context.step.nodes.get("n0")?.text);
+  const root = context.step.nodes.get("n0");
+  return root?.token == null ? "(the prompt's last token)" : quote(root.text);
 }
 
 const DRAFT = {

@@ -98,7 +98,8 @@ export function stepEvent(events, phase, type) {
   return null;
 }
 
-// In the draft phases the root's token is not known from the folded events yet; its tree event names it.
+// In the draft phases the root's token is not known from the folded events yet; its tree event names
+// it. Plain decoding has no tree event: its root is the token the step before emitted.
 function labelRootAhead(step, events, from) {
   const root = step.nodes.get("n0");
   if (root.token != null) return;
@@ -106,6 +107,13 @@ function labelRootAhead(step, events, from) {
     if (events[i].type === "tree" && events[i].nodes[0]) {
       root.token = events[i].nodes[0].token;
       root.text = events[i].nodes[0].text;
+      return;
+    }
+  }
+  for (let i = from - 1; i >= 0; i--) {
+    if (events[i].type === "verify" && events[i].step !== step.step) {
+      root.token = events[i].emitted.token;
+      root.text = events[i].emitted.text;
       return;
     }
   }

@@ -93,7 +93,7 @@ function layerHeader(layer, onLayer) {
   const group = svgEl("g", { class: `layer-header${layer.open ? " open" : ""}`, "data-depth": String(layer.depth) });
   group.append(svgEl("text", { x: layer.x, y: 16, class: "layer-title" }, `layer ${layer.depth}`));
   if (layer.threshold != null) {
-    const bar = svgEl("text", { x: layer.x + 62, y: 16, class: "layer-threshold" }, `≥ ${formatProbability(layer.threshold)}`);
+    const bar = svgEl("text", { x: layer.x, y: 35, class: "layer-threshold" }, `≥ ${formatProbability(layer.threshold)}`);
     bar.append(svgEl("title", {}, layer.anchor != null
       ? `keeps path scores ≥ μ·m_${layer.depth} = ${formatProbability(layer.threshold)}, where m_${layer.depth} = ${formatProbability(layer.anchor)} is the layer's best path score`
       : `the layer's bar: ${formatProbability(layer.threshold)}`));
@@ -101,7 +101,7 @@ function layerHeader(layer, onLayer) {
   }
   if (layer.hidden > 0) {
     const chip = svgEl("g", { class: "layer-chip", role: "button", "data-depth": String(layer.depth),
-                              style: `transform: translate(${layer.x}px, 26px)` });
+                              style: `transform: translate(${layer.x}px, 46px)` });
     const label = `+${layer.hidden} ${layer.reasons.rerank === layer.hidden ? "dropped" : layer.reasons["not grown"] === layer.hidden ? "not grown" : "pruned"} ▸`;
     chip.append(svgEl("rect", { width: Math.max(64, label.length * 8.2 + 12), height: 22, rx: 11 }),
                 svgEl("text", { x: 8, y: 11, dy: "0.35em" }, label),
@@ -110,7 +110,7 @@ function layerHeader(layer, onLayer) {
     group.append(chip);
   } else if (layer.open) {
     const fold = svgEl("g", { class: "layer-chip open", role: "button", "data-depth": String(layer.depth),
-                              style: `transform: translate(${layer.x}px, 26px)` });
+                              style: `transform: translate(${layer.x}px, 46px)` });
     fold.append(svgEl("rect", { width: 64, height: 22, rx: 11 }), svgEl("text", { x: 8, y: 11, dy: "0.35em" }, "fold ◂"),
                 svgEl("title", {}, "fold this layer's pruned candidates into a count"));
     if (onLayer) fold.addEventListener("click", (event) => { event.stopPropagation(); onLayer(layer.depth); });
@@ -288,7 +288,7 @@ export class TreeView {
     this.camera.setAttribute("transform", `translate(${-x * z},${-y * z}) scale(${z})`);
     // Below the readable zoom the tree shows its shape only; hover still explains each node.
     this.svg.classList.toggle("no-labels", z < this.options.minZoom - 1e-6);
-    this.viewport.dataset.zoom = z.toFixed(3);
+    this.viewport.dataset.zoom = String(z);
     this._drawMinimap();
     this._placeGhost();
   }
