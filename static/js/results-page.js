@@ -31,7 +31,7 @@ function show(report, source) {
 function chartWidth() {
   const box = $("results-charts");
   const gap = 16;
-  const columns = Math.max(1, Math.floor((box.clientWidth + gap) / (520 + gap)));
+  const columns = Math.max(1, Math.floor((box.clientWidth + gap) / (440 + gap)));
   return Math.round((box.clientWidth - gap * (columns - 1)) / columns - 28);
 }
 
