@@ -48,8 +48,8 @@ browser:
 
 # Build the Dockerfile on a base image made from Debian's own packages, run it, and check the page and a short run
 # (needs root, podman and debootstrap; no image registry). See "Container" in README.md.
-image:
-	scripts/container.sh
+image: $(STAMP)
+	CHECK_PYTHON=$(PY) scripts/container.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
