@@ -10,9 +10,9 @@
 #   docker run --rm --gpus all -p 8000:8000 specscope:cuda
 #
 # Without a registry: scripts/container.sh builds a base image from Debian's packages
-# (debootstrap + podman import) and torch from a folder of wheels mounted at build time:
+# (debootstrap + podman import) and takes torch from a folder of wheels mounted at build time:
 #   podman build --format docker --build-arg BASE_IMAGE=localhost/specscope-base:bookworm \
-#     -v /opt/wheels:/wheels:ro --build-arg TORCH_PIP_ARGS="--find-links /wheels" -t specscope .
+#     -v "$WHEELS":/wheels:ro --build-arg TORCH_PIP_ARGS="--find-links /wheels" -t specscope .
 #
 # The set-up is the Makefile's own (what `make serve` and CI run first): a .venv
 # with the pinned torch (`make torch`), then the package and the embedded model

@@ -30,6 +30,7 @@ CONTAINER=specscope-check-$$
 
 STEP="start"
 ROOTFS=""
+IMAGES_BEFORE=""
 PODMAN=(podman)
 RUN_OPTS=()
 TIMES=()
@@ -50,13 +51,26 @@ cleanup() {
         if [[ $status -ne 0 ]]; then echo "-- container log:" >&2; "${PODMAN[@]}" logs --tail 40 "$CONTAINER" >&2 || true; fi
         "${PODMAN[@]}" rm -f -t 5 "$CONTAINER" >/dev/null || echo "container.sh: could not remove container $CONTAINER" >&2
     fi
-    if [[ ${KEEP_IMAGE:-0} != 1 ]] && "${PODMAN[@]}" image exists "$IMAGE" 2>/dev/null; then
-        "${PODMAN[@]}" rmi -f "$IMAGE" >/dev/null || echo "container.sh: could not remove image $IMAGE" >&2
+    if [[ ${KEEP_IMAGE:-0} != 1 ]]; then
+        if "${PODMAN[@]}" image exists "$IMAGE" 2>/dev/null; then
+            "${PODMAN[@]}" rmi -f "$IMAGE" >/dev/null || echo "container.sh: could not remove image $IMAGE" >&2
+        fi
+        remove_new_untagged_images
     fi
     remove_rootfs
     exit $status
 }
 trap cleanup EXIT
+
+# A failed build leaves its finished steps behind as untagged images: remove those this run made (removing the
+# last one of a chain removes its untagged parents).
+remove_new_untagged_images() {
+    [[ -n $IMAGES_BEFORE ]] || return 0
+    local id
+    for id in $(comm -13 <(echo "$IMAGES_BEFORE") <("${PODMAN[@]}" images -q --no-trunc --filter dangling=true | sort -u)); do
+        "${PODMAN[@]}" rmi "$id" >/dev/null || echo "container.sh: could not remove image $id" >&2
+    done
+}
 
 remove_rootfs() {
     [[ -n $ROOTFS && -d $ROOTFS ]] || return 0
@@ -127,6 +141,7 @@ choose_podman_options() {
 
 build_image() {
     step "build $IMAGE"
+    IMAGES_BEFORE=$("${PODMAN[@]}" images -aq --no-trunc | sort -u)
     local args=(--format docker --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$IMAGE")
     if [[ -n $WHEELS ]]; then
         [[ -d $WHEELS ]] || fail "WHEELS=$WHEELS is not a folder"
