@@ -40,6 +40,9 @@ test("commit_counts_the_cache_rows_kept_and_dropped", () => {
   assert.match(commit.text, /keeps the root and the 1 accepted position and drops 3: 9 \+ 5 rows after verify, 11 after the commit/);
   assert.match(commit.text, /emits 2 tokens: 1 accepted \+ “g” recovered ↺/);
   assert.equal(prefixLength(talonRun, phasesOf(talonRun)[6]), 11, "step 2 starts after the 2 tokens of step 1");
+  const last = captions(talonRun).at(-1);
+  assert.match(last.text, /keeps the root and the 1 accepted position and drops 0: 11 \+ 2 rows after verify, 13 after/,
+               "the last commit, which also folds run_finished, still finds its step's events");
 });
 
 test("a_sampled_walk_names_p_q_the_ratio_u_and_the_residual_draw", () => {

@@ -237,14 +237,16 @@ export function renderFormulas(box, f, { policy }) {
        { "data-predicted": String(f.predicted ?? ""), "data-measured": String(f.measured ?? "") },
        f.measured == null ? "measured speedup: replay a comparison trace or run ar with the same setup" : "measured: tokens/s over plain decoding's, same setup");
   if (f.stepVerifyCost) {
-    line("verify", `this tree (${f.treeTokens} tokens) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards`,
+    const source = f.stepVerifyCost.source === "cost table" ? "from the engine's cost table" : "measured: verify time over plain decoding's one-token forward";
+    const run = f.runVerifyCost ? `; the run's trees: ${sig(f.runVerifyCost.ratio, 3)} on average` : "";
+    line("verify", `this step's tree (${f.treeTokens} tokens) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards${run}`,
          f.predictedWithCost != null ? `R = τ / (v + c·δ) = ${sig(f.predictedWithCost, 3)}×` : "",
          { "data-verify-cost": String(f.stepVerifyCost.ratio), "data-verify-source": f.stepVerifyCost.source },
-         `${f.stepVerifyCost.source === "cost table" ? "from the engine's cost table" : "measured: this step's verify time over plain decoding's"}` +
-         "; R assumes 1 — true where the device has compute to spare (a GPU), not on a laptop CPU, where each extra token costs time");
+         `${source}. R above assumes v = 1: true where the device has compute to spare (a GPU), not on a laptop CPU, ` +
+         "where every extra token in the tree costs time — so a 60-node tree that accepts 3 tokens can lose to plain decoding there.");
   } else {
     line("verify", "cost of the tree vs a one-token forward", "–", {},
-         "needs a cost table in the run or a plain decoding run of the same setup");
+         "needs a cost table in the run, or a plain decoding run of the same setup (a comparison trace has one)");
   }
   box.replaceChildren(...rows);
 }
