@@ -193,7 +193,10 @@ function drawTheory(phase, state) {
   const prefix = prefixLength(events, phase);
   const width = panelWidth();
   const decided = phase.name === "verify" || phase.name === "accept" || phase.name === "commit";
-  if (decided) renderKv($("kv-panel"), kvCache(events, phase, prefix), { committed: phase.name === "commit", width });
+  if (decided) {
+    const acceptedSoFar = new Set([0, ...[...state.step.nodes.values()].filter((n) => n.status === "accepted").map((n) => n.post)]);
+    renderKv($("kv-panel"), kvCache(events, phase, prefix), { committed: phase.name === "commit", accepted: acceptedSoFar, width });
+  }
   else $("kv-panel").replaceChildren(el("p", { class: "panel-note" }, `The cache holds ${prefix} rows (the prompt but its last token, and every token emitted so far). Verify will append one row per tree node.`));
   const verify = decided ? stepEvent(events, phase, "verify") : null;
   const walk = verify && phase.name !== "verify" ? walkStep(verify, phase.walked, verifiedTree(events, phase).parent) : null;
