@@ -72,4 +72,8 @@ test("eagle_rerank_and_adaptive_moves_are_told_in_their_own_terms", () => {
                           why: "the target accepts most of the depth drafted" });
   const commit = captions(adaptive).find((c) => c.title === "Step 1 · commit");
   assert.match(commit.text, /TALON-adaptive moves mu 0\.03 → 0\.045: the target accepts most of the depth drafted\./);
+  const later = structuredClone(adaptive);
+  later.splice(9, 0, { ...later[8], depth: 2, threshold: 0.0405, anchor: 0.9, candidates: [candidate(1, 130, "k", 2, 0.9, true, 2, "threshold")] });
+  const step2 = captions(later).find((c) => c.title === "Step 2 · draft layer 2");
+  assert.match(step2.text, /μ·m₂ = 0\.045 × 0\.9 = 0\.041/, "the gate in force after the move");
 });
