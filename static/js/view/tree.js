@@ -108,7 +108,7 @@ function layerHeader(layer, onLayer) {
                 svgEl("title", {}, `${reasonList(layer.reasons)} — click to show them`));
     if (onLayer) chip.addEventListener("click", (event) => { event.stopPropagation(); onLayer(layer.depth); });
     group.append(chip);
-  } else if (layer.open) {
+  } else if (layer.open && onLayer) {
     const fold = svgEl("g", { class: "layer-chip open", role: "button", "data-depth": String(layer.depth),
                               style: `transform: translate(${layer.x}px, 46px)` });
     fold.append(svgEl("rect", { width: 64, height: 22, rx: 11 }), svgEl("text", { x: 8, y: 11, dy: "0.35em" }, "fold ◂"),
