@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -46,14 +47,23 @@ async def info(engine: EngineDep) -> dict[str, Any]:
 
 @router.get("/api/traces")
 async def traces() -> list[dict[str, Any]]:
-    """Shipped recorded runs, for replay with no model: each with the policies it runs and its temperature."""
-    return [describe_trace(path) for path in sorted(TRACES_DIR.glob("*.jsonl"))]
+    """Shipped recorded runs, for replay with no model: each with the policies it runs and its temperature.
+
+    A trace is engine events as JSON lines, plain (NAME.jsonl) or gzip-compressed (NAME.jsonl.gz, which
+    the page inflates itself): a draft tree's every candidate makes a talon step ~130 KB of text."""
+    paths = sorted([*TRACES_DIR.glob("*.jsonl"), *TRACES_DIR.glob("*.jsonl.gz")], key=lambda path: path.name)
+    return [describe_trace(path) for path in paths]
+
+
+def trace_name(path: Path) -> str:
+    return path.name.removesuffix(".gz").removesuffix(".jsonl")
 
 
 def describe_trace(path: Path) -> dict[str, Any]:
     """A trace's name and URL, and from its run_started events: policies in order, temperature(s), prompt."""
     starts = []
-    with path.open(encoding="utf-8") as lines:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as lines:
         for line in lines:
             if '"run_started"' in line:
                 event = json.loads(line)
@@ -61,7 +71,7 @@ def describe_trace(path: Path) -> dict[str, Any]:
                     starts.append(event)
     temperatures = sorted({event["temperature"] for event in starts})
     return {
-        "name": path.stem,
+        "name": trace_name(path),
         "url": f"/static/traces/{path.name}",
         "policies": [event["policy"] for event in starts],
         "policy": ", ".join(event["policy"] for event in starts),

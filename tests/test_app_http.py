@@ -5,18 +5,18 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.pages import TRACES_DIR
 from app.serve import add_arguments, settings_from_args
 from app.settings import ServerSettings
-from engine.events import read_trace
+from engine.events import parse_event
 from engine.policies import policy_schemas
 from engine.testing import tiny_engine
+
+import shipped_traces
 
 TEST_IDS = ["prompt", "policy", "run", "stop", "tree", "output", "metrics", "status", "step-timeline",
             "compare-toggle", "compare-run", "compare-table"]
@@ -59,10 +59,11 @@ def test_static_files_are_served_and_paths_cannot_escape(client):
 def test_shipped_traces_are_listed_and_parse_as_engine_events(client):
     listed = client.get("/api/traces").json()
     assert listed, "ship at least one trace for replay with no model"
+    assert [entry["name"] for entry in listed] == shipped_traces.names()
     for entry in listed:
         assert client.get(entry["url"]).status_code == 200
         try:
-            events = read_trace(str(TRACES_DIR / Path(entry["url"]).name))
+            events = [parse_event(line) for line in shipped_traces.lines(entry["name"])]
         except ValueError as err:
             pytest.fail(f"{entry['name']} no longer matches the event schema; re-record it with "
                         f"`python -m tools.record static/traces/{entry['name']}.jsonl --policy ...`: {err}")

@@ -12,7 +12,7 @@ import { PhasePlayer } from "./player.js";
 import { renderCaption } from "./view/caption.js";
 import { CompareView, REPLAY_ONLY_REASON } from "./view/compare.js";
 import { el } from "./view/dom.js";
-import { composeSvg, download, svgToPng, traceText } from "./view/export.js";
+import { composeSvg, download, svgToPng, traceText as eventsText } from "./view/export.js";
 import { describePolicy, fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
 import { Presentation } from "./view/presentation.js";
 import { renderMetrics, renderOutput, renderTimeline } from "./view/run.js";
@@ -193,7 +193,10 @@ function drawTheory(phase, state) {
   const prefix = prefixLength(events, phase);
   const width = panelWidth();
   const decided = phase.name === "verify" || phase.name === "accept" || phase.name === "commit";
-  if (decided) renderKv($("kv-panel"), kvCache(events, phase, prefix), { committed: phase.name === "commit", width });
+  if (decided) {
+    const acceptedSoFar = new Set([0, ...[...state.step.nodes.values()].filter((n) => n.status === "accepted").map((n) => n.post)]);
+    renderKv($("kv-panel"), kvCache(events, phase, prefix), { committed: phase.name === "commit", accepted: acceptedSoFar, width });
+  }
   else $("kv-panel").replaceChildren(el("p", { class: "panel-note" }, `The cache holds ${prefix} rows (the prompt but its last token, and every token emitted so far). Verify will append one row per tree node.`));
   const verify = decided ? stepEvent(events, phase, "verify") : null;
   const walk = verify && phase.name !== "verify" ? walkStep(verify, phase.walked, verifiedTree(events, phase).parent) : null;
@@ -377,6 +380,14 @@ async function loadTraceList() {
   return traces;
 }
 
+/** A trace's text: JSON lines, inflated first where the file is gzip-compressed (NAME.jsonl.gz). */
+async function traceText(response) {
+  const bytes = new Uint8Array(await response.arrayBuffer());
+  if (bytes[0] !== 0x1f || bytes[1] !== 0x8b) return new TextDecoder().decode(bytes);
+  const inflated = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return new Response(inflated).text();
+}
+
 /** A trace the server does not have: the status line says so and lists the shipped ones. */
 function unknownTrace(name) {
   const names = page.traces.map((trace) => trace.name).join(", ") || "none";
@@ -387,14 +398,15 @@ function unknownTrace(name) {
 }
 
 async function loadTrace(name, { at = null, runIndex = 0 } = {}) {
-  const url = `/static/traces/${encodeURIComponent(name)}.jsonl`;
+  const listed = page.traces.find((trace) => trace.name === name);
+  const url = listed?.url ?? `/static/traces/${encodeURIComponent(name)}.jsonl`;
   const response = await fetch(url);
   if (response.status === 404) {
     unknownTrace(name);
     return null;
   }
   if (!response.ok) throw new Error(`cannot load the trace ${name}: ${response.status}`);
-  const runs = splitRuns(parseTrace(await response.text()));
+  const runs = splitRuns(parseTrace(await traceText(response)));
   const index = Math.min(Math.max(0, runIndex), runs.length - 1);
   page.trace = { name, runs, runIndex: index };
   const picker = $("trace-run");
@@ -474,7 +486,7 @@ function wireButtons() {
   click("presentation-toggle", () => page.presentation.toggle());
   click("export-svg", () => download(`${exportName()}.svg`, currentSvg(), "image/svg+xml"));
   click("export-png", async () => download(`${exportName()}.png`, await svgToPng(currentSvg()), "image/png"));
-  click("export-trace", () => download(`${exportName()}.jsonl`, traceText(player.events), "application/x-ndjson"));
+  click("export-trace", () => download(`${exportName()}.jsonl`, eventsText(player.events), "application/x-ndjson"));
   for (const button of document.querySelectorAll(".zoom-controls button")) {
     button.addEventListener("click", (e) => {
       e.stopPropagation();

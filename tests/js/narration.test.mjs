@@ -40,6 +40,9 @@ test("commit_counts_the_cache_rows_kept_and_dropped", () => {
   assert.match(commit.text, /keeps the root and the 1 accepted position and drops 3: 9 \+ 5 rows after verify, 11 after the commit/);
   assert.match(commit.text, /emits 2 tokens: 1 accepted \+ “g” recovered ↺/);
   assert.equal(prefixLength(talonRun, phasesOf(talonRun)[6]), 11, "step 2 starts after the 2 tokens of step 1");
+  const last = captions(talonRun).at(-1);
+  assert.match(last.text, /keeps the root and the 1 accepted position and drops 0: 11 \+ 2 rows after verify, 13 after/,
+               "the last commit, which also folds run_finished, still finds its step's events");
 });
 
 test("a_sampled_walk_names_p_q_the_ratio_u_and_the_residual_draw", () => {
@@ -69,4 +72,8 @@ test("eagle_rerank_and_adaptive_moves_are_told_in_their_own_terms", () => {
                           why: "the target accepts most of the depth drafted" });
   const commit = captions(adaptive).find((c) => c.title === "Step 1 · commit");
   assert.match(commit.text, /TALON-adaptive moves mu 0\.03 → 0\.045: the target accepts most of the depth drafted\./);
+  const later = structuredClone(adaptive);
+  later.splice(9, 0, { ...later[8], depth: 2, threshold: 0.0405, anchor: 0.9, candidates: [candidate(1, 130, "k", 2, 0.9, true, 2, "threshold")] });
+  const step2 = captions(later).find((c) => c.title === "Step 2 · draft layer 2");
+  assert.match(step2.text, /μ·m₂ = 0\.045 × 0\.9 = 0\.041/, "the gate in force after the move");
 });

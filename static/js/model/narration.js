@@ -102,9 +102,18 @@ function rootText(context) {
   return root?.token == null ? "(the prompt's last token)" : quote(root.text);
 }
 
+/** A parameter as it stands at this phase: the run's setting, or the last value an adaptive policy moved it to. */
+function paramNow(context, name) {
+  let value = context.params[name];
+  for (const event of context.events.slice(0, context.phase.end)) {
+    if (event.type === "policy_adjusted" && event.param === name) value = event.new;
+  }
+  return value;
+}
+
 const DRAFT = {
   talon(context, layer) {
-    const { params } = context;
+    const params = { ...context.params, mu: paramNow(context, "mu"), budget: paramNow(context, "budget") };
     const d = layer.depth;
     const counts = layerCounts(layer);
     const used = `(${treeSize(context.step)} of ${params.budget ?? "N"} nodes used)`;

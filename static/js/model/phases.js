@@ -94,7 +94,9 @@ export function foldPhase(events, phase) {
 
 /** The step's event of `type` at or before `phase.end`, or null. */
 export function stepEvent(events, phase, type) {
-  for (let i = phase.end - 1; i >= 0 && events[i].step === phase.step; i--) if (events[i].type === type) return events[i];
+  let i = phase.end - 1;
+  while (i >= 0 && events[i].step == null) i--; // the run's closing events, folded into the last commit
+  for (; i >= 0 && events[i].step === phase.step; i--) if (events[i].type === type) return events[i];
   return null;
 }
 

@@ -88,10 +88,11 @@ export function renderMask(box, tree, prefixLen, { width = 520, height = 420, ho
 
 /**
  * The cache as a strip: the prefix, then one row per tree node as verify wrote them, and below it
- * the cache after the commit (prefix, root, accepted path). In the commit phase the kept rows slide
- * left into place and the dropped ones fall away.
+ * the cache after the commit (prefix, root, accepted path). While the walk runs, rows are marked as
+ * it accepts them (`accepted`: tree indices so far); in the commit phase the kept rows slide left
+ * into place and the dropped ones fall away.
  */
-export function renderKv(box, cache, { committed = false, width = 520 } = {}) {
+export function renderKv(box, cache, { committed = false, accepted = new Set([0]), width = 520 } = {}) {
   const T = cache.rows.length;
   const prefixW = 110;
   const cell = Math.max(4, Math.min(28, Math.floor((width - prefixW - 24) / Math.max(T, 1))));
@@ -103,32 +104,28 @@ export function renderKv(box, cache, { committed = false, width = 520 } = {}) {
                svgEl("text", { x: 8, y: y + 14, dy: "0.35em", class: "kv-prefix-label" }, `prefix ${cache.prefix}`));
   };
   strip(26, `after verify: ${cache.prefix} + ${T} rows`);
-  strip(102, committed ? `after commit: ${cache.after} rows (${cache.dropped} dropped)` : "after commit: …");
+  strip(102, committed ? `after commit: ${cache.after} rows (${cache.dropped} dropped)` : "after commit: the walk decides");
   let keptIndex = 0;
   for (const row of cache.rows) {
     const x = prefixW + row.post * cell;
-    const cls = `kv-row ${row.post === 0 ? "root" : row.fate}`;
-    svg.append(svgEl("rect", { x, y: 26, width: cell - 1, height: 28, class: cls, "data-post": String(row.post) }));
-    if (row.fate !== "kept") continue;
+    const fate = row.post === 0 ? "root" : committed ? row.fate : accepted.has(row.post) ? "kept" : "written";
+    svg.append(svgEl("rect", { x, y: 26, width: cell - 1, height: 28, class: `kv-row ${fate}`, "data-post": String(row.post) }));
+    if (cell >= 14 && committed && fate === "dropped") {
+      svg.append(svgEl("text", { x: x + cell / 2, y: 40, dy: "0.35em", "text-anchor": "middle", class: "kv-mark" }, "✗"));
+    }
+    if (!committed || row.fate !== "kept") continue;
     const target = prefixW + keptIndex * cell;
     keptIndex += 1;
     // Starts where verify wrote the row and slides to its place after the prefix.
-    const moved = svgEl("rect", { x: target, y: 102, width: cell - 1, height: 28, class: `${cls} moved`,
-                                  style: `--from: ${x - target}px` });
-    svg.append(moved);
-  }
-  if (cell >= 14) {
-    cache.rows.forEach((row) => {
-      if (row.fate === "kept" || row.post === 0) return;
-      svg.append(svgEl("text", { x: prefixW + row.post * cell + cell / 2, y: 40, dy: "0.35em", "text-anchor": "middle",
-                                 class: "kv-mark" }, "✗"));
-    });
+    svg.append(svgEl("rect", { x: target, y: 102, width: cell - 1, height: 28, class: `kv-row ${fate} moved`,
+                               style: `--from: ${x - target}px` }));
   }
   svg.classList.toggle("committed", committed);
-  const note = el("p", { class: "panel-note" },
-                  `Verify appends a key and value row for each of the ${T} tree tokens. The commit keeps the root and ` +
-                  `the ${cache.kept - 1} accepted (✓) and drops ${cache.dropped} (✗): the cache then reads exactly as if ` +
-                  `plain decoding had produced those tokens one by one.`);
+  const note = el("p", { class: "panel-note" }, committed
+    ? `The commit keeps the root and the ${cache.kept - 1} accepted rows (✓) and drops ${cache.dropped} (✗): the cache ` +
+      "now reads exactly as if plain decoding had produced those tokens one by one."
+    : `Verify appended a key and value row for each of the ${T} tree tokens, each at its position prefix + depth. ` +
+      "The walk marks the rows it accepts; the commit keeps those and drops the rest.");
   box.replaceChildren(svg, note);
   box.dataset.before = String(cache.prefix + T);
   box.dataset.after = String(cache.after);
@@ -237,14 +234,16 @@ export function renderFormulas(box, f, { policy }) {
        { "data-predicted": String(f.predicted ?? ""), "data-measured": String(f.measured ?? "") },
        f.measured == null ? "measured speedup: replay a comparison trace or run ar with the same setup" : "measured: tokens/s over plain decoding's, same setup");
   if (f.stepVerifyCost) {
-    line("verify", `this tree (${f.treeTokens} tokens) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards`,
+    const source = f.stepVerifyCost.source === "cost table" ? "from the engine's cost table" : "measured: verify time over plain decoding's one-token forward";
+    const run = f.runVerifyCost ? `; the run's trees: ${sig(f.runVerifyCost.ratio, 3)} on average` : "";
+    line("verify", `this step's tree (${f.treeTokens} tokens) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards${run}`,
          f.predictedWithCost != null ? `R = τ / (v + c·δ) = ${sig(f.predictedWithCost, 3)}×` : "",
          { "data-verify-cost": String(f.stepVerifyCost.ratio), "data-verify-source": f.stepVerifyCost.source },
-         `${f.stepVerifyCost.source === "cost table" ? "from the engine's cost table" : "measured: this step's verify time over plain decoding's"}` +
-         "; R assumes 1 — true where the device has compute to spare (a GPU), not on a laptop CPU, where each extra token costs time");
+         `${source}. R above assumes v = 1: true where the device has compute to spare (a GPU), not on a laptop CPU, ` +
+         "where every extra token in the tree costs time — so a 60-node tree that accepts 3 tokens can lose to plain decoding there.");
   } else {
     line("verify", "cost of the tree vs a one-token forward", "–", {},
-         "needs a cost table in the run or a plain decoding run of the same setup");
+         "needs a cost table in the run, or a plain decoding run of the same setup (a comparison trace has one)");
   }
   box.replaceChildren(...rows);
 }

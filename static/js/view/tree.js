@@ -102,13 +102,13 @@ function layerHeader(layer, onLayer) {
   if (layer.hidden > 0) {
     const chip = svgEl("g", { class: "layer-chip", role: "button", "data-depth": String(layer.depth),
                               style: `transform: translate(${layer.x}px, 46px)` });
-    const label = `+${layer.hidden} ${layer.reasons.rerank === layer.hidden ? "dropped" : layer.reasons["not grown"] === layer.hidden ? "not grown" : "pruned"} ▸`;
-    chip.append(svgEl("rect", { width: Math.max(64, label.length * 8.2 + 12), height: 22, rx: 11 }),
+    const label = chipLabel(layer);
+    chip.append(svgEl("rect", { width: Math.max(48, textWidth(label) + 16), height: 22, rx: 11 }),
                 svgEl("text", { x: 8, y: 11, dy: "0.35em" }, label),
                 svgEl("title", {}, `${reasonList(layer.reasons)} — click to show them`));
     if (onLayer) chip.addEventListener("click", (event) => { event.stopPropagation(); onLayer(layer.depth); });
     group.append(chip);
-  } else if (layer.open) {
+  } else if (layer.open && onLayer) {
     const fold = svgEl("g", { class: "layer-chip open", role: "button", "data-depth": String(layer.depth),
                               style: `transform: translate(${layer.x}px, 46px)` });
     fold.append(svgEl("rect", { width: 64, height: 22, rx: 11 }), svgEl("text", { x: 8, y: 11, dy: "0.35em" }, "fold ◂"),
@@ -117,6 +117,19 @@ function layerHeader(layer, onLayer) {
     group.append(fold);
   }
   return group;
+}
+
+// Width of 15 px system-font text, roughly: enough to keep a chip inside its column.
+function textWidth(text) {
+  return Array.from(text).length * 7.8;
+}
+
+/** "+95 pruned ▸" where the column has room, else "+95 ▸" (the tooltip lists the reasons). */
+function chipLabel(layer) {
+  const word = layer.reasons.rerank === layer.hidden ? "dropped" : layer.reasons["not grown"] === layer.hidden ? "not grown" : "pruned";
+  const room = layer.w + LAYOUT.gap - 22;
+  const long = `+${layer.hidden} ${word} ▸`;
+  return textWidth(long) <= room ? long : `+${layer.hidden} ▸`;
 }
 
 function reasonList(reasons) {
