@@ -88,26 +88,43 @@ def test_cancel_stops_the_run_within_a_step(client):
     assert sum(m["type"] == "step_metrics" for m in messages) <= 3
 
 
-@pytest.mark.parametrize("message, field", [
-    ("{not json", None),
-    ('["run"]', None),
-    ('{"type": "launch"}', "type"),
-    ('{"type": "run"}', "prompt"),
-    ('{"type": "run", "prompt": "hi", "temperature": -1}', "temperature"),
-    ('{"type": "run", "prompt": "hi", "max_new_tokens": 0}', "max_new_tokens"),
-    ('{"type": "run", "prompt": "hi", "model": "/etc/passwd"}', "model"),
-    ('{"type": "run", "prompt": "hi", "policy": "nope"}', "policy"),
-    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"mu": 5}}', "params.mu"),
-    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"alpha": 1}}', "params.alpha"),
-    ('{"type": "run", "prompt": "hi", "drafter": "../../weights.bin"}', "drafter"),
+DEEP = '{"type": "run", "prompt": "hi", "params": {"x": ' + '{"a": ' * 200 + '1' + '}' * 200 + '}}'
+
+
+@pytest.mark.parametrize("message, field, words", [
+    ("{not json", None, "malformed JSON"),
+    ('["run"]', None, "JSON object"),
+    ('{"type": "launch"}', "type", "run"),
+    ('{"type": "run"}', "prompt", "required"),
+    ('{"type": "run", "prompt": "hi", "temperature": -1}', "temperature", "greater than or equal to 0"),
+    ('{"type": "run", "prompt": "hi", "temperature": 1e-320}', "temperature", "at least 0.01"),
+    ('{"type": "run", "prompt": "hi", "temperature": true}', "temperature", "valid number"),
+    ('{"type": "run", "prompt": "hi", "temperature": NaN}', "temperature", "finite"),
+    ('{"type": "run", "prompt": "hi", "max_new_tokens": 0}', "max_new_tokens", "greater than or equal to 1"),
+    ('{"type": "run", "prompt": "hi", "max_new_tokens": true}', "max_new_tokens", "valid integer"),
+    ('{"type": "run", "prompt": "hi", "model": "/etc/passwd"}', "model", "unknown field"),
+    ('{"type": "run", "prompt": "hi", "policy": "nope"}', "policy", "unknown policy"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"mu": 5}}', "params.mu", "less than or equal"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"alpha": 1}}', "params.alpha", "unknown parameter"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"budget": true}}', "params.budget", "integer"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"mu": Infinity}}', "params.mu", "finite"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon-adaptive", '
+     '"params": {"budget": 64, "budget_min": 64, "budget_max": 32}}',
+     "params.budget_max", "is above budget_max 32"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon-adaptive", "params": {"mu": 0.4, "mu_min": 0.4, "mu_max": 0.3}}',
+     "params.mu_max", "mu_min 0.4 is above mu_max 0.3"),
+    ('{"type": "run", "prompt": "hi", "drafter": "../../weights.bin"}', "drafter", "unknown drafter"),
+    (DEEP, None, "nested too deeply"),
+    ('{"type": "run", "prompt": "a\\ud800b"}', "prompt", "lone surrogate"),
+    ('{"type": "run", "prompt": "a\ud800b"}', "prompt", "lone surrogate"),
 ])
-def test_invalid_request_gets_an_error_naming_the_field_and_the_next_run_works(client, message, field):
+def test_invalid_request_gets_an_error_naming_the_field_and_the_next_run_works(client, message, field, words):
     with client.websocket_connect("/ws") as ws:
         ws.send_text(message)
         error = ws.receive_json()
         assert error["type"] == "error"
         assert error["field"] == field
-        assert error["message"]
+        assert words in error["message"]
         ws.send_json(run_message(max_new_tokens=2))
         assert receive_run(ws)[-1]["type"] == "run_finished"
 
