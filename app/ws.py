@@ -7,7 +7,6 @@ import logging
 import threading
 import warnings
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
@@ -24,19 +23,9 @@ router = APIRouter()
 
 @router.websocket("/ws")
 async def websocket_endpoint(websocket: WebSocket) -> None:
-    if not same_origin(websocket.headers.get("origin"), websocket.headers.get("host")):
-        # Another site's page must not drive this server's model from a visitor's browser.
-        await websocket.close(code=1008, reason="cross-origin WebSocket refused")
-        return
+    # Host and Origin were checked by app.security.HostGuard before the handshake reached here.
     await websocket.accept()
     await ClientSession(websocket).serve()
-
-
-def same_origin(origin: str | None, host: str | None) -> bool:
-    """Browsers always send Origin; clients without one (scripts, tests) are not a cross-site risk."""
-    if origin is None:
-        return True
-    return host is not None and urlsplit(origin).netloc == host
 
 
 @dataclass

@@ -13,6 +13,9 @@ from app.settings import ServerSettings
 from engine.request import GenerationRequest
 from engine.testing import tiny_engine
 
+# TestClient sends `Host: testserver`; the server answers it as it would a name given with --allowed-hosts.
+TEST_SETTINGS = {"allowed_hosts": ["testserver"]}
+
 SMALL = {"policy": "talon", "params": {"budget": 8, "top_k": 3}, "max_new_tokens": 6}
 LONG = 900  # far more tokens than a test waits for, within the tiny model's context
 STEP_ORDER = ["draft_layer", "tree", "verify", "text", "step_metrics"]
@@ -25,7 +28,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def client(engine):
-    with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: engine)) as client:
+    with TestClient(create_app(ServerSettings(**TEST_SETTINGS), engine_factory=lambda settings: engine)) as client:
         yield client
 
 
@@ -186,7 +189,8 @@ def test_a_client_that_disconnects_has_its_run_cancelled(client, caplog):
 
 
 def test_replay_only_server_refuses_runs_but_serves_the_page():
-    with TestClient(create_app(ServerSettings(replay_only=True), engine_factory=pytest.fail)) as client:
+    app = create_app(ServerSettings(replay_only=True, **TEST_SETTINGS), engine_factory=pytest.fail)
+    with TestClient(app) as client:
         assert client.get("/").status_code == 200
         assert client.get("/api/info").json()["replay_only"] is True
         with client.websocket_connect("/ws") as ws:
