@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,11 +40,14 @@ def create_app(settings: ServerSettings | None = None, engine_factory: EngineFac
         app.state.settings = settings
         app.state.engine = None if settings.replay_only else engine_factory(settings)
         app.state.line = RunLine(settings.max_waiting, settings.max_runs_per_client)
+        app.state.connections = Counter()  # open sockets per client address
+        app.state.stopping = threading.Event()  # set at shutdown: every run stops at its next step
         # One worker: the model serves one run at a time, and torch state stays on one thread.
         app.state.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specscope-engine")
         try:
             yield
         finally:
+            app.state.stopping.set()
             app.state.executor.shutdown(wait=True, cancel_futures=True)
 
     # The API docs are off unless asked for, and then served without FastAPI's CDN pages.

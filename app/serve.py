@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from app.settings import ServerSettings
 
-_OPTIONS = ("host", "port", "target", "draft", "head", "drafter", "dtype", "device", "replay_only")
+_OPTIONS = ("host", "port", "target", "draft", "head", "drafter", "dtype", "device", "replay_only",
+            "allowed_hosts", "api_docs", "max_run_tokens", "max_run_seconds")
+MAX_MESSAGE_BYTES = 1 << 20  # a client message is a prompt of at most 32000 characters and a few fields
+
+log = logging.getLogger("specscope.app")
 
 
 def register_cli(subparsers: Any) -> argparse.ArgumentParser:
@@ -30,11 +35,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu, cuda, ...")
     parser.add_argument("--replay-only", action="store_true", default=None,
                         help="load no model; the page replays the shipped traces")
+    parser.add_argument("--allowed-hosts", metavar="NAMES",
+                        help="comma-separated host names served besides localhost, 127.0.0.1, [::1] and --host, "
+                             "e.g. the name other machines use to reach this one")
+    parser.add_argument("--api-docs", action="store_true", default=None,
+                        help="serve /openapi.json and a /docs page (off by default)")
+    parser.add_argument("--max-run-tokens", type=int, help="most new tokens one run may ask for (default 2048)")
+    parser.add_argument("--max-run-seconds", type=float, help="a run is stopped after this long (default 300)")
 
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     given = {name: getattr(args, name) for name in _OPTIONS if getattr(args, name, None) is not None}
     return ServerSettings(**given)
+
+
+def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
+    """uvicorn's configuration for this app: the hardened protocols (app/transport.py), a bounded
+    message size, a bounded shutdown, and client addresses taken from the socket, never from
+    X-Forwarded-For (which any local client could set to escape the per-address caps)."""
+    import uvicorn
+
+    from app.transport import protocols
+
+    http, ws = protocols(settings.handshake_timeout)
+    options = dict(host=settings.host, port=settings.port, log_level="info", http=http, ws=ws,
+                   ws_max_size=MAX_MESSAGE_BYTES, proxy_headers=False, server_header=False,
+                   timeout_graceful_shutdown=settings.shutdown_timeout)
+    return uvicorn.Config(app, **(options | overrides))
 
 
 def serve_from_args(args: argparse.Namespace) -> int:
@@ -43,7 +70,10 @@ def serve_from_args(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     settings = settings_from_args(args)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    if settings.host in ("0.0.0.0", "::", "") and not settings.allowed_hosts:
+        log.warning("listening on every interface, but only localhost names are served: pass --allowed-hosts "
+                    "with the names other machines use to reach this one")
+    uvicorn.Server(uvicorn_config(create_app(settings), settings)).run()
     return 0
 
 
