@@ -64,7 +64,7 @@ class Outbox:
         self._on_overflow = on_overflow
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
-        self._items: deque[str] = deque()
+        self._items: deque[tuple[str, str]] = deque()  # (type, JSON text)
         self._size = 0
         self._finished = False  # no more messages will come
         self._closed = False  # nobody reads any more: puts are dropped
@@ -89,11 +89,12 @@ class Outbox:
             if kind in DETAIL_EVENTS and self._behind(len(text)):
                 self.shedding = True
                 self.detail_dropped += 1
-                text = DetailDropped(run_id=message.run_id, step=message.step, message=self._shed_reason()).model_dump_json()
+                notice = DetailDropped(run_id=message.run_id, step=message.step, message=self._shed_reason())
+                kind, text = notice.type, notice.model_dump_json()
             if len(self._items) + 1 > self.limits.events or self._size + len(text) > self.limits.bytes:
                 self._overflow()
             else:
-                self._append(text)
+                self._append(kind, text)
                 self.terminal_seen |= kind in TERMINAL_EVENTS
         self._wake()
 
@@ -111,14 +112,15 @@ class Outbox:
             self._size = 0
         self._wake()
 
-    async def get(self) -> str | None:
-        """The next message, or None when the run's messages are all out (or the client fell too far behind)."""
+    async def get(self) -> tuple[str, str] | None:
+        """The next message as (type, JSON text), or None when the run's messages are all out (or the
+        client fell too far behind)."""
         while True:
             with self._lock:
                 if self._items:
-                    text = self._items.popleft()
+                    kind, text = self._items.popleft()
                     self._size -= len(text)
-                    return text
+                    return kind, text
                 if self._finished or self._closed:
                     return None
                 self._waiter = self._loop.create_future()
@@ -136,8 +138,8 @@ class Outbox:
         return (f"the client fell {len(self._items)} messages ({self._size} bytes) behind; per-candidate detail "
                 f"(draft_layer, tree, verify) is no longer sent for this run")
 
-    def _append(self, text: str) -> None:
-        self._items.append(text)
+    def _append(self, kind: str, text: str) -> None:
+        self._items.append((kind, text))
         self._size += len(text)
         self.peak_events = max(self.peak_events, len(self._items))
         self.peak_size = max(self.peak_size, self._size)

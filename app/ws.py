@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from app.line import LineFull
 from app.protocol import CancelMessage, ClientMessageError, Queued, RunMessage, error_event, parse_client_message
-from app.relay import BacklogLimits, Outbox, RunControl, relay_run
+from app.relay import TERMINAL_EVENTS, BacklogLimits, Outbox, RunControl, relay_run
 from app.settings import ServerSettings
 from engine.policies import PolicyError, make_policy
 from engine.request import GenerationRequest, RequestError
@@ -47,6 +47,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
 class _ActiveRun:
     control: RunControl
     started: bool = False  # holds the model (no longer waiting in line)
+    ended: bool = False  # its last message is on its way: the connection may start another run
     task: asyncio.Task | None = None
 
 
@@ -109,7 +110,7 @@ class ClientSession:
         return max(0.0, self._idle_since + self.settings.idle_timeout - self._loop.time())
 
     def _busy(self) -> bool:
-        return self.active is not None and not self.active.task.done()
+        return self.active is not None and not self.active.ended and not self.active.task.done()
 
     async def send(self, model: BaseModel) -> None:
         await self.send_text(model.model_dump_json())
@@ -158,8 +159,8 @@ class ClientSession:
             await self._start(message.to_request())
 
     async def _start(self, request: GenerationRequest) -> None:
-        previous = self.active if self._busy() else None
-        if previous is not None and not previous.control.cancel.is_set():
+        previous = self.active if self.active is not None and not self.active.task.done() else None
+        if self._busy() and not previous.control.cancel.is_set():
             await self.send(error_event("a run is already in progress on this connection; cancel it first",
                                         "type", request.policy))
             return
@@ -213,7 +214,10 @@ class ClientSession:
         if previous is not None:
             await asyncio.wait({previous.task})
         try:
-            while (text := await outbox.get()) is not None:
+            while (message := await outbox.get()) is not None:
+                kind, text = message
+                # Over before its last message leaves: a client may send its next run the moment it reads it.
+                run.ended |= kind in TERMINAL_EVENTS
                 await self.send_text(text)
         except ClientGone:
             run.control.cancel.set()

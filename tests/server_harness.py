@@ -117,3 +117,22 @@ def _read_exactly(sock: socket.socket, count: int) -> bytes:
             raise ConnectionError("closed")
         data += chunk
     return data
+
+
+def serve_tiny_engine(port: int) -> None:
+    """`python tests/server_harness.py PORT`: the tiny engine behind `specscope serve`'s uvicorn setup, in the
+    main thread (so SIGTERM reaches uvicorn's own handler, as in production)."""
+    import torch
+
+    from engine.testing import tiny_engine
+
+    torch.set_num_threads(1)
+    engine = tiny_engine(seed=0)
+    settings = ServerSettings(host="127.0.0.1", port=port)
+    uvicorn.Server(uvicorn_config(create_app(settings, engine_factory=lambda _: engine), settings)).run()
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve_tiny_engine(int(sys.argv[1]))

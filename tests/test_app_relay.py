@@ -29,7 +29,7 @@ def metrics(step: int) -> StepMetrics:
 async def drain(outbox: Outbox) -> list[str]:
     taken = []
     while (message := await outbox.get()) is not None:
-        taken.append(message)
+        taken.append(message[1])
     return taken
 
 

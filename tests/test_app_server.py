@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import resource
+import signal
 import socket
+import subprocess
+import sys
 import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 from websockets.sync.client import connect
 
 from app.settings import ServerSettings
-from app.ws import CLOSE_TOO_SLOW
 from engine.testing import tiny_engine
-from server_harness import BIG_RUN, SHORT_RUN, frame, handshake, raw_socket, read_frame, server_in_thread
+from server_harness import (BIG_RUN, SHORT_RUN, bound_socket, frame, handshake, raw_socket, read_frame,
+                            server_in_thread)
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +136,67 @@ def test_a_message_over_the_size_limit_closes_with_1009(engine):
             with pytest.raises(ConnectionClosed) as closed:
                 ws.recv(timeout=10)
     assert closed.value.rcvd.code == 1009
+
+
+def test_the_model_is_released_when_the_engine_finishes_not_when_its_client_has_read_the_run(engine):
+    # Room for the whole run in the outbox and a long send deadline: the slow client keeps its detail and its
+    # connection, and its delivery is still pending (megabytes beyond what socket buffers hold) while the
+    # other client is served.
+    run = {**BIG_RUN, "params": {"budget": 64, "top_k": 16}, "max_new_tokens": 80}
+    with server_in_thread(engine, send_timeout=60, max_backlog_events=1 << 20, max_backlog_bytes=1 << 30) as server:
+        slow = raw_socket(server.port, receive_buffer=4096)
+        handshake(slow, server.port)
+        slow.sendall(frame(json.dumps(run).encode()))
+        time.sleep(0.3)
+        other = run_to_the_end(server.url, SHORT_RUN)  # before the fix: never, as the slow client waits for it
+        slow_messages = read_messages_until_the_end(slow)  # the slow client reads only now
+        slow.close()
+    sizes = [len(json.dumps(m)) for m in slow_messages]
+    assert other[-1]["type"] == "run_finished" and slow_messages[-1]["type"] == "run_finished"
+    assert "detail_dropped" not in [m["type"] for m in slow_messages]
+    # The server's socket buffer grows to tcp_wmem's maximum; uvicorn's transport holds one message beyond it.
+    buffers = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2]) + 2 * max(sizes)
+    assert sum(sizes) > buffers, f"{sum(sizes)} bytes: too few to be sure they were not all in socket buffers"
+
+
+def test_sigterm_with_a_client_that_never_reads_exits_within_seconds(tmp_path):
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    log = open(tmp_path / "server.log", "w")
+    process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "server_harness.py"), str(port)],
+                               cwd=Path(__file__).parent.parent, stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    try:
+        wait_until_serving(port, process)
+        hog = raw_socket(port, receive_buffer=4096)
+        handshake(hog, port)
+        hog.sendall(frame(json.dumps(BIG_RUN).encode()))  # and never reads
+        time.sleep(2.0)
+        began = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+        took = time.monotonic() - began
+        hog.close()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+    output = (tmp_path / "server.log").read_text()
+    assert code in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal once it has shut down cleanly
+    assert "Finished server process" in output, output
+    assert took < 6, f"shutdown took {took:.1f} s:\n{output}"
+    assert "Traceback" not in output, output
+
+
+def wait_until_serving(port: int, process: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the server exited"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/info", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError("the server did not come up")
