@@ -105,8 +105,8 @@ class ClientSession:
                 waiter.cancel()
 
     def _idle_check_in(self) -> float:
-        if self._busy():
-            return self.settings.idle_timeout
+        if self._busy():  # look again soon: the idle time counts from the run's end
+            return min(self.settings.idle_timeout, 1.0)
         return max(0.0, self._idle_since + self.settings.idle_timeout - self._loop.time())
 
     def _busy(self) -> bool:
