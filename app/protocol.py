@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from engine.errors import RequestError, from_validation
 from engine.events import RunError
 from engine.policies import POLICIES
 from engine.request import GenerationRequest
@@ -54,57 +55,44 @@ class DetailDropped(BaseModel):
     message: str
 
 
-class ClientMessageError(ValueError):
-    def __init__(self, message: str, field: str | None, policy: str = ""):
-        super().__init__(message)
-        self.field = field
-        self.policy = policy
-
-
 def parse_client_message(text: str) -> RunMessage | CancelMessage:
-    """A client message, or ClientMessageError naming the first field that is wrong."""
+    """A client message, or a RequestError naming the first field that is wrong."""
     try:
-        message = CLIENT_ADAPTER.validate_json(text)
+        return CLIENT_ADAPTER.validate_json(text)
     except ValidationError as err:
-        raise _as_client_error(err, text) from None
-    if isinstance(message, RunMessage):
-        _check_params_strictly(message)
-    return message
+        raise _as_request_error(err, text) from None
 
 
-def _as_client_error(err: ValidationError, text: str) -> ClientMessageError:
+def _as_request_error(err: ValidationError, text: str) -> RequestError:
     first = err.errors()[0]
     if first["type"] in ("json_invalid", "string_unicode"):
         return _json_problem(first["msg"], text)
-    # A discriminated union puts the message type first in the location; the field follows it.
-    loc = [str(part) for part in first["loc"]]
     if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        return ClientMessageError("`type` must be \"run\" or \"cancel\"", field="type")
-    if not loc:
-        return ClientMessageError("a message must be a JSON object", field=None)
-    field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
-    message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-    return ClientMessageError(f"{field}: {message}", field=field, policy=_policy_of(text))
+        return RequestError("`type` must be \"run\" or \"cancel\"", field="type")
+    if not first["loc"]:
+        return RequestError("a message must be a JSON object", field=None)
+    # A discriminated union puts the message type first in the location; the field follows it.
+    return from_validation(err, skip=1 if len(first["loc"]) > 1 else 0)
 
 
-def _json_problem(parser_message: str, text: str) -> ClientMessageError:
+def _json_problem(parser_message: str, text: str) -> RequestError:
     """The JSON parser's complaint in words a client can act on, ending with the line and column.
 
     Our parser refuses escapes of lone surrogates (`"\\ud800"`); Python's json reads them, which
     lets the message name the string that holds one."""
     where = parser_message.removeprefix("Invalid JSON: ").removeprefix("Input should be a valid string, ")
     if "recursion limit" in where:
-        return ClientMessageError(f"JSON nested too deeply ({where})", field=None)
+        return RequestError(f"JSON nested too deeply ({where})", field=None)
     try:
         lenient = json.loads(text)
     except (ValueError, RecursionError):
-        return ClientMessageError(f"malformed JSON: {where}", field=None)
+        return RequestError(f"malformed JSON: {where}", field=None)
     path = _path_to_lone_surrogate(lenient)
     if path is None:
-        return ClientMessageError(f"malformed JSON: {where}", field=None)
+        return RequestError(f"malformed JSON: {where}", field=None)
     field = ".".join(path) or None
-    return ClientMessageError(f"{field or 'a key'}: holds a lone surrogate (U+D800 to U+DFFF without its pair); "
-                              f"text must be valid Unicode", field=field)
+    return RequestError(f"{field or 'a key'}: holds a lone surrogate (U+D800 to U+DFFF without its pair); "
+                        f"text must be valid Unicode", field=field)
 
 
 def _path_to_lone_surrogate(value: object, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
@@ -120,31 +108,29 @@ def _path_to_lone_surrogate(value: object, path: tuple[str, ...] = ()) -> tuple[
     return None
 
 
-def _check_params_strictly(message: RunMessage) -> None:
+def check_params_strictly(policy: str, params: dict[str, Any]) -> None:
     """Policy parameters from a client are JSON values: numbers must be finite numbers, never booleans or
-    strings (the CLI's `--param key=value` strings are parsed by the engine, leniently)."""
-    cls = POLICIES.get(message.policy)
+    strings (the CLI's `--param key=value` strings are parsed by the engine, leniently). Raises a
+    RequestError naming the parameter; an unknown policy is left to the engine's check to name."""
+    cls = POLICIES.get(policy)
     if cls is None:
-        return  # the engine's check names the unknown policy
-    for name, value in message.params.items():
+        return
+    for name, value in params.items():
         if isinstance(value, float) and not math.isfinite(value):
-            raise ClientMessageError(f"{message.policy}: {name}: Input should be a finite number",
-                                     field=f"params.{name}", policy=message.policy)
+            raise RequestError(f"{policy}: {name}: Input should be a finite number", field=f"params.{name}")
     try:
-        cls.Params.model_validate(message.params, strict=True)
+        cls.Params.model_validate(params, strict=True)
     except ValidationError as err:
-        first = err.errors()[0]
-        name = ".".join(str(part) for part in first["loc"]) or "params"
-        problem = "unknown parameter" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ClientMessageError(f"{message.policy}: {name}: {problem}", field=f"params.{name}",
-                                 policy=message.policy) from None
+        problem = from_validation(err, prefix="params.")
+        raise RequestError(f"{policy}: {str(problem).replace('unknown field', 'unknown parameter')}",
+                           field=problem.field or "params") from None
 
 
-def _policy_of(text: str) -> str:
+def policy_named_in(text: str) -> str:
     """The policy a broken run message asked for, so its error event can say so."""
     try:
         policy = json.loads(text).get("policy", "")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return ""
     return policy if isinstance(policy, str) else ""
 

@@ -25,12 +25,14 @@ import time
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from pydantic import BaseModel
 
 from app.protocol import DetailDropped
 from engine.events import RunError, RunFinished
+from engine.interface import Engine
+from engine.request import GenerationRequest
 
 log = logging.getLogger("specscope.app")
 
@@ -185,7 +187,8 @@ class RunControl:
         return False
 
 
-async def relay_run(engine: Any, executor: Executor, request: Any, control: RunControl, outbox: Outbox) -> None:
+async def relay_run(engine: Engine, executor: Executor, request: GenerationRequest, control: RunControl,
+                    outbox: Outbox) -> None:
     """Runs one request in the worker thread, its events going into `outbox`; returns when the engine
     has finished, while the client may still be reading. Engine errors (a RequestError) propagate."""
     loop = asyncio.get_running_loop()

@@ -1,4 +1,4 @@
-"""`specscope serve`: the web app under uvicorn. engine/cli.py imports this lazily, so engine/ never needs FastAPI."""
+"""`specscope serve` (also `python -m app.serve`): the web app under uvicorn."""
 
 from __future__ import annotations
 
@@ -7,46 +7,32 @@ import logging
 from typing import Any
 
 from app.settings import ServerSettings
+from engine.options import EngineOptions
 
-_OPTIONS = ("host", "port", "target", "draft", "head", "drafter", "dtype", "device", "replay_only",
-            "allowed_hosts", "api_docs", "max_run_tokens", "max_run_seconds")
+_SERVER_OPTIONS = ("host", "port", "replay_only", "allowed_hosts", "api_docs", "max_run_tokens", "max_run_seconds")
 MAX_MESSAGE_BYTES = 1 << 20  # a client message is a prompt of at most 32000 characters and a few fields
 
 log = logging.getLogger("specscope.app")
 
 
-def register_cli(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds the `serve` subcommand; its `func` takes the parsed namespace."""
-    parser = subparsers.add_parser("serve", help="serve the web app (settings also from SPECSCOPE_* env)")
-    add_arguments(parser)
-    parser.set_defaults(func=serve_from_args)
-    return parser
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Defaults are None so that unset flags fall back to the environment, then to ServerSettings.
-    parser.add_argument("--host", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port (default 8000)")
-    parser.add_argument("--target", help="target model (default: the embedded SmolLM2-135M)")
-    parser.add_argument("--draft", help="draft model for token-level drafting")
-    parser.add_argument("--head", help="feature-level draft head")
-    parser.add_argument("--drafter", help="default drafter among those loaded")
-    parser.add_argument("--dtype", help="model dtype, e.g. float32, bfloat16")
-    parser.add_argument("--device", help="cpu, cuda, ...")
-    parser.add_argument("--replay-only", action="store_true", default=None,
-                        help="load no model; the page replays the shipped traces")
-    parser.add_argument("--allowed-hosts", metavar="NAMES",
-                        help="comma-separated host names served besides localhost, 127.0.0.1, [::1] and --host, "
-                             "e.g. the name other machines use to reach this one")
-    parser.add_argument("--api-docs", action="store_true", default=None,
-                        help="serve /openapi.json and a /docs page (off by default)")
-    parser.add_argument("--max-run-tokens", type=int, help="most new tokens one run may ask for (default 2048)")
-    parser.add_argument("--max-run-seconds", type=float, help="a run is stopped after this long (default 300)")
+    fields = ServerSettings.model_fields
+    parser.add_argument("--host", help=f"{fields['host'].description} (default {fields['host'].default})")
+    parser.add_argument("--port", type=int, help=f"{fields['port'].description} (default {fields['port'].default})")
+    parser.add_argument("--replay-only", action="store_true", default=None, help=fields["replay_only"].description)
+    parser.add_argument("--allowed-hosts", metavar="NAMES", help=fields["allowed_hosts"].description)
+    parser.add_argument("--api-docs", action="store_true", default=None, help=fields["api_docs"].description)
+    parser.add_argument("--max-run-tokens", type=int, metavar="N",
+                        help=f"{fields['max_run_tokens'].description} (default {fields['max_run_tokens'].default})")
+    parser.add_argument("--max-run-seconds", type=float, metavar="S",
+                        help=f"{fields['max_run_seconds'].description} (default {fields['max_run_seconds'].default:g})")
+    EngineOptions.add_arguments(parser)
 
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
-    given = {name: getattr(args, name) for name in _OPTIONS if getattr(args, name, None) is not None}
-    return ServerSettings(**given)
+    given = {name: getattr(args, name) for name in _SERVER_OPTIONS if getattr(args, name, None) is not None}
+    return ServerSettings(**given, **EngineOptions.given_in(args))
 
 
 def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
@@ -64,7 +50,7 @@ def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
     return uvicorn.Config(app, **(options | overrides))
 
 
-def serve_from_args(args: argparse.Namespace) -> int:
+def command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.main import create_app
@@ -77,12 +63,11 @@ def serve_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_main(argv: list[str] | None = None) -> int:
-    """Entry point with its own argument parsing: `specscope serve [options]`."""
-    parser = argparse.ArgumentParser(prog="specscope serve", description="serve the specscope web app")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.serve", description="serve the specscope web app")
     add_arguments(parser)
-    return serve_from_args(parser.parse_args(argv))
+    return command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
-    raise SystemExit(serve_main())
+    raise SystemExit(main())

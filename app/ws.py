@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import warnings
 from collections import Counter
 from dataclasses import dataclass
 
@@ -17,11 +16,12 @@ from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
 from app.line import LineFull
-from app.protocol import CancelMessage, ClientMessageError, Queued, RunMessage, error_event, parse_client_message
+from app.protocol import (CancelMessage, Queued, RunMessage, check_params_strictly, error_event, parse_client_message,
+                          policy_named_in)
 from app.relay import TERMINAL_EVENTS, BacklogLimits, Outbox, RunControl, relay_run
 from app.settings import ServerSettings
-from engine.policies import PolicyError, make_policy
-from engine.request import GenerationRequest, RequestError
+from engine.errors import RequestError, SpecscopeError
+from engine.request import GenerationRequest
 
 log = logging.getLogger("specscope.app")
 router = APIRouter()
@@ -150,8 +150,8 @@ class ClientSession:
             return
         try:
             message = parse_client_message(text)
-        except ClientMessageError as err:
-            await self.send(error_event(str(err), err.field, err.policy))
+        except RequestError as err:
+            await self.send(error_event(str(err), err.field, policy_named_in(text)))
             return
         if isinstance(message, CancelMessage):
             await self._stop_active(notify=True)
@@ -162,7 +162,7 @@ class ClientSession:
         previous = self.active if self.active is not None and not self.active.task.done() else None
         if self._busy() and not previous.control.cancel.is_set():
             await self.send(error_event("a run is already in progress on this connection; cancel it first",
-                                        "type", request.policy))
+                                        "type", request.policy or ""))
             return
         # After a cancel, the new run joins the line at once; its messages follow the old run's last one.
         run = _ActiveRun(RunControl(self.state.stopping, self.settings.max_run_seconds))
@@ -178,7 +178,7 @@ class ClientSession:
         except asyncio.CancelledError:
             if not run.control.cancel.is_set():
                 raise
-            outbox.put(error_event("cancelled before it started", None, request.policy))
+            outbox.put(error_event("cancelled before it started", None, request.policy or ""))
         finally:
             outbox.finish()
             await asyncio.wait({delivery})
@@ -188,7 +188,7 @@ class ClientSession:
         """Checks the request, waits in line and runs it; every message for the run goes through `outbox`."""
         problem = self._check(request)
         if problem is not None:
-            outbox.put(error_event(str(problem), problem.field, request.policy))
+            outbox.put(error_event(str(problem), problem.field, request.policy or ""))
             return
 
         async def tell_position(position: int) -> None:
@@ -199,14 +199,14 @@ class ClientSession:
                 run.started = True
                 await relay_run(self.state.engine, self.state.executor, request, run.control, outbox)
         except LineFull as err:
-            outbox.put(error_event(str(err), None, request.policy))
-        except (RequestError, PolicyError) as err:
-            outbox.put(error_event(str(err), err.field, request.policy))
+            outbox.put(error_event(str(err), None, request.policy or ""))
+        except SpecscopeError as err:
+            outbox.put(error_event(str(err), err.field, request.policy or ""))
         except asyncio.CancelledError:
             raise
         except Exception as err:  # an engine bug must not take the server down; the client hears of it
             log.exception("run failed")
-            outbox.put(error_event(f"internal error: {type(err).__name__}: {err}", None, request.policy))
+            outbox.put(error_event(f"internal error: {type(err).__name__}: {err}", None, request.policy or ""))
 
     async def _deliver(self, outbox: Outbox, run: _ActiveRun, previous: _ActiveRun | None) -> None:
         """Sends the run's messages as they come, once the previous run's are all out; a client that cannot
@@ -228,25 +228,21 @@ class ClientSession:
             await self.drop(CLOSE_TOO_SLOW, f"too slow: fell more than {limits.events} messages or "
                                             f"{limits.bytes >> 20} MiB behind")
 
-    def _check(self, request: GenerationRequest) -> RequestError | PolicyError | None:
-        """Catches a bad request before it waits in line; the engine checks again before running."""
-        if self.state.engine is None:
+    def _check(self, request: GenerationRequest) -> SpecscopeError | None:
+        """Refuses a bad request before it waits in line: the server's own limits, then the engine's check
+        (prompt and max_new_tokens against the context included; run() checks again)."""
+        engine = self.state.engine
+        if engine is None:
             return RequestError("this server replays recorded traces only; it has no model loaded", field=None)
         if request.max_new_tokens > self.settings.max_run_tokens:
             return RequestError(f"max_new_tokens {request.max_new_tokens} is above this server's limit of "
                                 f"{self.settings.max_run_tokens} per run (max_run_tokens)", field="max_new_tokens")
         try:
-            with warnings.catch_warnings():
-                # Only the parameters are checked here; the engine's own build warns where it matters.
-                warnings.simplefilter("ignore")
-                make_policy(request.policy, request.params)
-        except PolicyError as err:
+            check_params_strictly(request.policy or engine.describe().default_policy, request.params)
+            engine.validate(request)
+        except SpecscopeError as err:
             return err
-        drafters = list(getattr(self.state.engine, "drafter_names", []))
-        if request.drafter is not None and request.drafter not in drafters:
-            return RequestError(f"unknown drafter {request.drafter!r}; this server has {', '.join(drafters) or 'none'}",
-                                field="drafter")
-        return _context_problem(self.state.engine, request)
+        return None
 
     async def _stop_active(self, notify: bool) -> None:
         """Cancel: a running run stops within one step and ends with run_finished; a waiting one leaves the line."""
@@ -263,17 +259,3 @@ class ClientSession:
         if not notify:
             await asyncio.gather(run.task, return_exceptions=True)
 
-
-def _context_problem(engine, request: GenerationRequest) -> RequestError | None:
-    """The prompt and max_new_tokens against the model's context, before the run waits in line."""
-    codec, target = getattr(engine, "codec", None), getattr(engine, "target", None)
-    limit = getattr(target, "max_length", None)
-    if codec is None or limit is None:
-        return None
-    prompt_tokens = len(codec.encode_prompt(request.prompt))
-    if prompt_tokens >= limit:
-        return RequestError(f"the prompt is {prompt_tokens} tokens; the model's context is {limit}", field="prompt")
-    if prompt_tokens + request.max_new_tokens > limit:
-        return RequestError(f"max_new_tokens {request.max_new_tokens} would exceed the model's context of {limit} "
-                            f"tokens (the prompt takes {prompt_tokens})", field="max_new_tokens")
-    return None

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from engine.costs import CostTable
-from engine.policies import POLICIES, PolicyError, make_policy
-from engine.policies.base import StepOutcome
+from engine.errors import RequestError
+from engine.policies import POLICIES, make_policy
+from engine.policies.base import PolicyContext, StepOutcome
+from engine.timing import Timings
 from engine.policies.talon_adaptive import TalonAdaptivePolicy
 
 GPU_LIKE = CostTable.linear(lam=0.01, delta=20.0)  # verifying more tokens is nearly free
@@ -14,12 +16,12 @@ CPU_LIKE = CostTable.linear(lam=1.6, delta=42.0)  # every verified token costs
 
 
 def make(table: CostTable, **params) -> TalonAdaptivePolicy:
-    return make_policy("talon-adaptive", {"window": 4, **params}, {"cost_table": table})
+    return make_policy("talon-adaptive", {"window": 4, **params}, PolicyContext(costs=table))
 
 
 def outcome(tree_size: int, depth: int, accepted: int, verify_ms: float = 50.0, draft_ms: float = 10.0) -> StepOutcome:
-    return StepOutcome(tree_size=tree_size, depth=depth, accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms,
-                       other_ms=1.0, prefix_len=300)
+    return StepOutcome(tree_size=tree_size, depth=depth, accepted=accepted,
+                       times=Timings(draft_ms=draft_ms, verify_ms=verify_ms, other_ms=1.0), prefix_len=300)
 
 
 def feed(policy: TalonAdaptivePolicy, step: StepOutcome, times: int) -> list:
@@ -41,7 +43,7 @@ def test_talon_adaptive_is_registered():
     ({"mu": 0.001}, "params.mu_min", "mu_min 0.002 is above mu 0.001"),
 ])
 def test_min_max_pairs_out_of_order_are_refused_naming_both(params, field, words):
-    with pytest.raises(PolicyError) as refused:
+    with pytest.raises(RequestError) as refused:
         make(GPU_LIKE, **params)
     assert refused.value.field == field and words in str(refused.value)
 
