@@ -18,9 +18,6 @@ from engine.events import read_trace
 from engine.policies import policy_schemas
 from engine.testing import tiny_engine
 
-# TestClient sends `Host: testserver`; the server answers it as it would a name given with --allowed-hosts.
-TEST_SETTINGS = {"allowed_hosts": ["testserver"]}
-
 TEST_IDS = ["prompt", "policy", "run", "stop", "tree", "output", "metrics", "status", "step-timeline",
             "compare-toggle", "compare-run", "compare-table"]
 
@@ -28,7 +25,7 @@ TEST_IDS = ["prompt", "policy", "run", "stop", "tree", "output", "metrics", "sta
 @pytest.fixture(scope="module")
 def client():
     engine = tiny_engine(seed=0)
-    with TestClient(create_app(ServerSettings(**TEST_SETTINGS), engine_factory=lambda settings: engine)) as client:
+    with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: engine)) as client:
         yield client
 
 

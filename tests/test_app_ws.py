@@ -14,9 +14,6 @@ from app.ws import CLOSE_IDLE, CLOSE_TOO_MANY_CONNECTIONS
 from engine.request import GenerationRequest
 from engine.testing import tiny_engine
 
-# TestClient sends `Host: testserver`; the server answers it as it would a name given with --allowed-hosts.
-TEST_SETTINGS = {"allowed_hosts": ["testserver"]}
-
 SMALL = {"policy": "talon", "params": {"budget": 8, "top_k": 3}, "max_new_tokens": 6}
 LONG = 900  # far more tokens than a test waits for, within the tiny model's context
 STEP_ORDER = ["draft_layer", "tree", "verify", "text", "step_metrics"]
@@ -29,7 +26,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def client(engine):
-    with TestClient(create_app(ServerSettings(**TEST_SETTINGS), engine_factory=lambda settings: engine)) as client:
+    with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: engine)) as client:
         yield client
 
 
@@ -190,7 +187,7 @@ def test_a_client_that_disconnects_has_its_run_cancelled(client, caplog):
 
 
 def test_replay_only_server_refuses_runs_but_serves_the_page():
-    app = create_app(ServerSettings(replay_only=True, **TEST_SETTINGS), engine_factory=pytest.fail)
+    app = create_app(ServerSettings(replay_only=True), engine_factory=pytest.fail)
     with TestClient(app) as client:
         assert client.get("/").status_code == 200
         assert client.get("/api/info").json()["replay_only"] is True
@@ -249,7 +246,7 @@ def test_a_run_cancelled_while_it_waits_for_the_old_one_is_told_so_after_the_old
 
 
 def settings_client(engine, **settings) -> TestClient:
-    return TestClient(create_app(ServerSettings(**TEST_SETTINGS, **settings), engine_factory=lambda _: engine))
+    return TestClient(create_app(ServerSettings(**settings), engine_factory=lambda _: engine))
 
 
 def test_one_address_cannot_open_more_than_its_connections(engine):
