@@ -15,11 +15,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
+import shipped_traces
 from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, wait_until_up
 
 pytestmark = pytest.mark.slow
 
-COMPARE_TRACE = "smollm2-compare-ar-talon-eagle"
+COMPARE_TRACE = "lesson-4-compare"  # ar, chain, eagle, talon, cast on one prompt
+SINGLE_TRACE = "lesson-1-deep-narrow"
 SIZES = [(1440, 900), (1024, 768), (390, 844)]
 
 
@@ -60,18 +62,25 @@ def page(browser):
     assert not errors, errors
 
 
-def shipped_traces() -> list[str]:
-    return sorted(path.stem for path in (ROOT / "static" / "traces").glob("*.jsonl"))
-
-
 def trace_steps(name: str) -> dict[str, list[int]]:
     """Per policy of a shipped trace: new_tokens after each step."""
     out: dict[str, list[int]] = {}
-    for line in (ROOT / "static" / "traces" / f"{name}.jsonl").read_text().splitlines():
-        event = json.loads(line)
+    for event in shipped_traces.events(name):
         if event["type"] == "step_metrics":
             out.setdefault(event["policy"], []).append(event["new_tokens"])
     return out
+
+
+def compare_panes() -> list[str]:
+    """The policies the recorded comparison shows in panes: every run but ar (the baseline), at most four."""
+    policies = [run[0]["policy"] for run in shipped_traces.runs(COMPARE_TRACE)]
+    return [policy for policy in policies if policy != "ar"][:4]
+
+
+def leader_of(steps: dict[str, list[int]]) -> str:
+    """The pane the shared player follows: the first with most steps."""
+    panes = compare_panes()
+    return max(panes, key=lambda policy: (len(steps[policy]), -panes.index(policy)))
 
 
 def open_compare(page, url: str, query: str = "") -> None:
@@ -88,17 +97,21 @@ def pane_steps(page) -> dict[str, str]:
 
 def test_compare_panes_open_at_step_one_and_step_together(page, replay_url):
     open_compare(page, replay_url)
-    assert pane_steps(page) == {"talon": "1", "eagle": "1"}
+    panes = compare_panes()
+    assert pane_steps(page) == {policy: "1" for policy in panes}
     page.keyboard.press("Shift+ArrowRight")
     page.wait_for_function("[...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '2')")
     page.click("#compare-next-step")
     page.wait_for_function("[...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '3')")
     page.keyboard.press("Home")
     page.wait_for_function("[...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '1')")
-    # The shared slider moves every pane; past eagle's 14 steps it stays on its last.
-    page.fill("#compare-step", "16")
-    page.wait_for_function("document.querySelector('[data-policy=talon][data-testid=compare-pane]').dataset.step === '16'")
-    assert pane_steps(page) == {"talon": "16", "eagle": "14"}
+    # The shared slider moves every pane; past a pane's last step it stays on its last.
+    steps = trace_steps(COMPARE_TRACE)
+    leader = leader_of(steps)
+    most = len(steps[leader])
+    page.fill("#compare-step", str(most))
+    page.wait_for_function(f"document.querySelector('[data-policy={leader}][data-testid=compare-pane]').dataset.step === '{most}'")
+    assert pane_steps(page) == {policy: str(len(steps[policy])) for policy in panes}
     page.screenshot(path=str(ARTIFACTS / "browser-compare-lockstep.png"), full_page=True)
 
 
@@ -106,38 +119,48 @@ def test_align_by_tokens_shows_the_step_that_emitted_the_same_output_position(pa
     open_compare(page, replay_url, "&align=tokens")
     assert page.is_checked("[data-testid=compare-align]")
     new_tokens = trace_steps(COMPARE_TRACE)
-    for _ in range(5):
+    leader = leader_of(new_tokens)
+    moves = min(5, len(new_tokens[leader]) - 1)
+    for _ in range(moves):
         page.keyboard.press("Shift+ArrowRight")
-    page.wait_for_function("document.querySelector('[data-policy=talon][data-testid=compare-pane]').dataset.step === '6'")
-    # talon leads (most steps); its step 6 starts at output token new_tokens[talon][4]; eagle shows the step emitting it.
-    first_token = new_tokens["talon"][4]
-    eagle_step = next(i for i, total in enumerate(new_tokens["eagle"]) if total > first_token) + 1
-    assert pane_steps(page)["eagle"] == str(eagle_step)
+    page.wait_for_function(
+        f"document.querySelector('[data-policy={leader}][data-testid=compare-pane]').dataset.step === '{moves + 1}'")
+    # The leader (most steps) shows step moves + 1, which starts at output token new_tokens[leader][moves - 1];
+    # every other pane shows its step that emits that token.
+    first_token = new_tokens[leader][moves - 1]
+    for policy in compare_panes():
+        if policy == leader:
+            continue
+        totals = new_tokens[policy]
+        step = next((i for i, total in enumerate(totals) if total > first_token), len(totals) - 1) + 1
+        assert pane_steps(page)[policy] == str(step), policy
 
 
 def test_depth_charts_of_every_pane_share_one_labelled_y_scale(page, replay_url):
     open_compare(page, replay_url)
+    panes = compare_panes()
     charts = page.locator("[data-testid=pane-depth-chart]")
-    assert charts.count() == 2
-    tops = {charts.nth(i).get_attribute("data-ymax") for i in range(2)}
-    depths = [event["depth"] for line in (ROOT / "static" / "traces" / f"{COMPARE_TRACE}.jsonl").read_text().splitlines()
-              for event in [json.loads(line)] if event["type"] == "step_metrics" and event["policy"] != "ar"]
+    assert charts.count() == len(panes)
+    tops = {charts.nth(i).get_attribute("data-ymax") for i in range(len(panes))}
+    depths = [event["depth"] for event in shipped_traces.events(COMPARE_TRACE)
+              if event["type"] == "step_metrics" and event["policy"] in panes]
     assert len(tops) == 1 and int(tops.pop()) >= max(depths)
     labels = charts.nth(0).locator("text.axis-label").all_text_contents()
     assert "depth" in labels and "step" in labels
     for kind in ("pane-width-chart", "pane-size-chart"):
-        assert len({page.locator(f"[data-testid={kind}]").nth(i).get_attribute("data-ymax") for i in range(2)}) == 1
-    assert page.locator("[data-testid=pane-silhouettes] .silhouette").count() == 16 + 14
+        assert len({page.locator(f"[data-testid={kind}]").nth(i).get_attribute("data-ymax") for i in range(len(panes))}) == 1
+    steps = trace_steps(COMPARE_TRACE)
+    assert page.locator("[data-testid=pane-silhouettes] .silhouette").count() == sum(len(steps[p]) for p in panes)
 
 
 def test_the_table_explains_each_policy_against_ar(page, replay_url):
     open_compare(page, replay_url)
     rows = page.locator("[data-testid=compare-table] tbody tr")
-    assert [rows.nth(i).get_attribute("data-policy") for i in range(rows.count())] == ["ar", "talon", "eagle"]
+    assert [rows.nth(i).get_attribute("data-policy") for i in range(rows.count())] == ["ar", *compare_panes()]
     ar = page.locator("[data-testid=compare-table] tr[data-policy=ar]")
     assert ar.locator("[data-testid=speedup]").inner_text() == "1.00×"
     assert ar.locator("[data-testid=predicted-r]").inner_text() == "1.00×"
-    events = [json.loads(line) for line in (ROOT / "static" / "traces" / f"{COMPARE_TRACE}.jsonl").read_text().splitlines()]
+    events = shipped_traces.events(COMPARE_TRACE)
     talon = next(e for e in events if e["type"] == "run_finished" and e["policy"] == "talon")
     predicted = talon["tau"] / (1 + talon["c"] * talon["delta"])
     row = page.locator("[data-testid=compare-table] tr[data-policy=talon]")
@@ -249,7 +272,7 @@ def test_replay_only_disables_the_run_buttons_and_a_click_leaves_the_recorded_pa
     page.evaluate("document.querySelector('[data-testid=compare-run]').click()")
     page.wait_for_timeout(300)
     assert page.locator("[data-testid=pane-tree] [data-status]").count() == trees
-    assert page.locator("[data-testid=compare-table] tbody tr").count() == 3
+    assert page.locator("[data-testid=compare-table] tbody tr").count() == 1 + len(compare_panes())
     assert "waiting" not in page.inner_text("#compare")
 
 
@@ -258,7 +281,7 @@ def test_an_unknown_trace_lists_the_shipped_ones(page, replay_url):
     page.wait_for_function("document.querySelector('[data-testid=status]').textContent.includes('no-such-trace')")
     status = page.inner_text("[data-testid=status]")
     assert 'There is no trace named "no-such-trace"' in status
-    for name in shipped_traces():
+    for name in shipped_traces.names():
         assert name in status
 
 
@@ -399,7 +422,7 @@ def overlapping_controls(page) -> list[str]:
 def test_no_horizontal_overflow_and_no_overlapping_controls(browser, replay_url, width, height):
     page = browser.new_page(viewport={"width": width, "height": height})
     try:
-        for path, ready in (("/?trace=smollm2-talon", "[data-testid=tree] [data-status]"),
+        for path, ready in ((f"/?trace={SINGLE_TRACE}", "[data-testid=tree] [data-status]"),
                             (f"/?trace={COMPARE_TRACE}&compare=1", "[data-testid=pane-tree] [data-status]"),
                             ("/results", "[data-testid=results-chart] [data-policy]")):
             page.goto(f"{replay_url}{path}")
@@ -436,7 +459,7 @@ def test_panes_sit_side_by_side_from_1024_px_and_stack_under_a_sticky_player_on_
 def test_on_a_phone_the_tree_comes_before_the_forms_advanced_fields(browser, replay_url):
     page = browser.new_page(viewport={"width": 390, "height": 844})
     try:
-        page.goto(f"{replay_url}/?trace=smollm2-talon")
+        page.goto(f"{replay_url}/?trace={SINGLE_TRACE}")
         page.wait_for_selector("[data-testid=tree] [data-status]")
         tree = page.locator("[data-testid=tree-viewport]").bounding_box()
         for advanced in ("#params", "#temperature", "#seed", "#max-new-tokens"):

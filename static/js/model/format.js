@@ -4,9 +4,14 @@ export const STATUSES = ["kept", "pruned", "accepted", "rejected", "recovered", 
 
 const VISIBLE_WHITESPACE = { " ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍" };
 
-/** A token's text with whitespace made visible, for node labels: " the\n" -> "␣the↵". */
+/**
+ * A token's text with whitespace made visible, for node labels: " the\n" -> "␣the↵"; a chat
+ * template's special token in brackets: "<|im_start|>" -> "⟨start⟩".
+ */
 export function tokenLabel(text) {
   if (text === "" || text == null) return "∅";
+  const special = /^<\|(.+)\|>$/.exec(text);
+  if (special) return `⟨${special[1].replace(/^im_/, "")}⟩`;
   return Array.from(text, (ch) => VISIBLE_WHITESPACE[ch] ?? ch).join("");
 }
 

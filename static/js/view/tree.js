@@ -213,7 +213,7 @@ export class TreeView {
   focusOn({ box, anchor = "start" }, { instant = false } = {}) {
     if (!box) return;
     const { width, height } = this._size();
-    const margin = 24;
+    const margin = 16;
     const { minZoom, homeZoom, maxZoom } = this.options;
     const fit = Math.min((width - 2 * margin) / box.w, (height - 2 * margin) / box.h);
     const z = clamp(Math.min(fit, Math.max(homeZoom, minZoom)), minZoom, maxZoom);
