@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -34,7 +35,8 @@ def server_url():
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "browser-server.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "app.serve", "--port", str(port)], cwd=ROOT,
+    # float32: the page's "identical to ar" is judged where it holds exactly (bf16 flips near-ties).
+    process = subprocess.Popen([sys.executable, "-m", "app.serve", "--port", str(port), "--dtype", "float32"], cwd=ROOT,
                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
@@ -87,10 +89,11 @@ def open_page(page, url: str) -> None:
 def engine_output(policy: str) -> str:
     """What the engine itself generates for the request the page sends."""
     from engine.loading import load_engine
+    from engine.options import EngineOptions
     from engine.request import GenerationRequest
 
     request = GenerationRequest(prompt=PROMPT, policy=policy, max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, seed=0)
-    return load_engine().run(request, lambda event: None).text
+    return load_engine(EngineOptions(dtype="float32")).run(request, lambda event: None).text
 
 
 def test_talon_run_grows_a_tree_and_shows_the_engines_output(page, server_url):
@@ -154,12 +157,16 @@ def test_compare_mode_runs_talon_and_eagle_after_ar_and_outputs_are_identical(pa
     panes.nth(0).select_option("talon")
     panes.nth(1).select_option("eagle")
     page.click("[data-testid=compare-run]")
-    rows = page.locator("[data-testid=compare-table] tbody tr")
-    rows.first.wait_for(timeout=600_000)
+    page.locator("[data-testid=compare-table] tbody tr[data-policy=eagle]").wait_for(timeout=600_000)
     table = [row.split("\t") for row in page.inner_text("[data-testid=compare-table] tbody").splitlines()]
     page.screenshot(path=str(ARTIFACTS / "browser-compare.png"), full_page=True)
     assert [row[0] for row in table] == ["ar", "1: talon", "2: eagle"]
-    assert table[0][-1] == "the baseline" and all(row[-1] == "identical" for row in table[1:]), table
+    # In bf16 this prompt meets a near-tie at its second token (logits 25.5 and 25.375, one bf16 step apart):
+    # the table must say so in words, from the verify events' acceptance walk, never a bare "differs".
+    assert table[0][-1] == "the baseline"
+    for row in table[1:]:
+        assert row[-1] == "identical" or re.fullmatch(
+            r"same up to a (bf16|fp16|fp32) near-tie at token \d+ \(top-2 gap \d\.\d{3}\)", row[-1]), row
     assert page.locator("[data-testid=pane-tree] [data-status]").count() > 0
 
 

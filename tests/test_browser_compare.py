@@ -372,7 +372,7 @@ def test_results_page_draws_its_charts_from_shipped_results(page, replay_url):
 def test_results_page_draws_a_results_json_the_user_opens(page, replay_url, tmp_path):
     import torch
 
-    from engine.bench import PolicySpec, Prompt, run_bench
+    from tools.bench import PolicySpec, Prompt, run_bench
     from engine.testing import tiny_engine
 
     engine = tiny_engine(dtype=torch.float64)

@@ -2,8 +2,8 @@
 
 import { formatNumber } from "./model/format.js";
 import {
-  PALETTE, checkReport, coloursOf, costSeries, describeReport, speedupSeries, summaryRows, tauByCategorySeries,
-  tauVsSizeSeries,
+  PALETTE, categoryRows, checkReport, coloursOf, costSeries, describeReport, speedupSeries, summaryRows,
+  tauByCategorySeries, tauVsSizeSeries,
 } from "./model/results.js";
 import { costChart, speedupChart, tauByCategoryChart, tauVsSizeChart } from "./view/charts.js";
 import { el } from "./view/dom.js";
@@ -22,6 +22,7 @@ function show(report, source) {
   shown = report;
   $("results-meta").textContent = describeReport(report);
   renderTable(report);
+  renderCategories(report);
   drawCharts();
   setStatus(`showing ${source}`, "done");
 }
@@ -30,7 +31,7 @@ function show(report, source) {
 function chartWidth() {
   const box = $("results-charts");
   const gap = 16;
-  const columns = Math.max(1, Math.floor((box.clientWidth + gap) / (520 + gap)));
+  const columns = Math.max(1, Math.floor((box.clientWidth + gap) / (440 + gap)));
   return Math.round((box.clientWidth - gap * (columns - 1)) / columns - 28);
 }
 
@@ -65,6 +66,24 @@ function renderTable(report) {
                    row.steps == null ? "–" : String(row.steps), row.equality];
     for (const text of cells) tr.append(el("td", {}, text));
     tr.lastChild.classList.add("equality");
+    body.append(tr);
+  }
+}
+
+function renderCategories(report) {
+  const table = $("results-categories");
+  const head = el("tr");
+  for (const name of ["policy", ...(report.categories ?? []).map((c) => c || "—"), "all"]) head.append(el("th", { scope: "col" }, name));
+  table.tHead.replaceChildren(head);
+  const body = table.tBodies[0];
+  body.replaceChildren();
+  for (const row of categoryRows(report)) {
+    const tr = el("tr", { "data-policy": row.policy });
+    tr.append(el("td", {}, row.policy));
+    for (const cell of row.cells) {
+      const speedup = cell?.speedup == null ? "–" : `${formatNumber(cell.speedup)}×`;
+      tr.append(el("td", {}, cell?.tau == null ? speedup : `${speedup} · ${formatNumber(cell.tau)}`));
+    }
     body.append(tr);
   }
 }

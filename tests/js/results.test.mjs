@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  checkReport, coloursOf, costSeries, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
+  categoryRows, checkReport, coloursOf, costSeries, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
 } from "../../static/js/model/results.js";
 import { linear, log2, niceMax, niceTicks } from "../../static/js/model/scale.js";
 
@@ -62,4 +62,11 @@ test("ticks_are_round_and_scales_map_ends_to_ends", () => {
   assert.deepEqual([y(0), y(5), y(10)], [100, 50, 0]);
   const x = log2(1, 128, 0, 70);
   assert.deepEqual([x(1), x(2), x(128)], [0, 10, 70]);
+});
+
+test("category_rows_read_like_spec_bench", () => {
+  const rows = categoryRows(REPORT);
+  assert.deepEqual(rows[0].cells, [{ speedup: 1, tau: 1 }, { speedup: 1, tau: 1 }, { speedup: 1, tau: 1 }]);
+  assert.deepEqual(rows[2].cells[2], { speedup: 1.5, tau: 2.5 });
+  assert.deepEqual(rows[1].cells[1], null);
 });

@@ -78,6 +78,18 @@ export function describeReport(report) {
   return parts.filter(Boolean).join(" · ");
 }
 
+/** Spec-Bench's table: per policy, speedup vs ar and τ in each category, then over the whole run. */
+export function categoryRows(report) {
+  const categories = report.categories ?? [];
+  return report.results.map((r) => ({
+    policy: r.policy,
+    cells: [...categories.map((c) => r.by_category?.[c] ?? null),
+            { speedup_vs_ar: r.policy === "ar" ? 1 : r.speedup_vs_ar, tau: r.tau }].map((cell) => cell && ({
+      speedup: r.policy === "ar" ? 1 : cell.speedup_vs_ar ?? null, tau: cell.tau ?? null,
+    })),
+  }));
+}
+
 /** The summary table: one row per policy, with equality spelled out. */
 export function summaryRows(report) {
   return report.results.map((r) => ({

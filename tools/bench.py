@@ -11,14 +11,16 @@ As Spec-Bench does, the report breaks every policy down by prompt category
 (tokens/s, speedup and τ over that category's prompts) and keeps the per-prompt
 rows behind them. It also keeps, per policy, how many tokens each verified tree
 size emitted (step counts and emitted sums per size: a few hundred numbers at
-most), and the cost table's curve where the engine has one, so that the plots
-need nothing but results.json.
+most), and the engine's cost table's curve, so that the charts (`--plots`,
+tools/plots.py) need nothing but results.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,10 +30,15 @@ from tqdm import tqdm
 
 from engine.costs import CostTable
 from engine.engine import SpecEngine
+from engine.errors import RequestError
 from engine.events import RunFinished, StepMetrics
-from engine.hf_baseline import is_hf_baseline, run_hf_baseline
+from engine.loading import load_engine
+from engine.options import EngineOptions
 from engine.policies import POLICIES, make_policy
-from engine.request import GenerationRequest, RequestError
+from engine.request import GenerationRequest
+from engine.timing import Timings
+from tools.hf_baseline import is_hf_baseline, run_hf_baseline
+from tools.plots import write_plots
 
 
 @dataclass
@@ -67,10 +74,7 @@ class Tally:
     steps: int = 0
     draft_forwards: float = 0.0
     wall_s: float = 0.0
-    draft_ms: float = 0.0
-    draft_forward_ms: float = 0.0
-    verify_ms: float = 0.0
-    other_ms: float = 0.0
+    times: Timings = field(default_factory=Timings)
     c_values: list[float] = field(default_factory=list)
     outputs: dict[Any, list[int]] = field(default_factory=dict)
 
@@ -89,10 +93,7 @@ class Tally:
         self.steps += result.steps
         self.draft_forwards += result.delta * result.steps
         self.wall_s += result.wall_s
-        self.draft_ms += result.draft_ms
-        self.draft_forward_ms += result.draft_forward_ms
-        self.verify_ms += result.verify_ms
-        self.other_ms += result.other_ms
+        self.times = self.times + Timings.of(result)
         if result.c is not None:
             self.c_values.append(result.c)
         self.outputs[question_id] = result.tokens
@@ -133,7 +134,7 @@ HELD_OUT_SHARE = 0.05  # the share train-head never trains on
 
 def held_out_prompts(limit: int | None = None) -> list[Prompt]:
     """The shipped prompt set's held-out split (never trained on), one per task kind in turn."""
-    from engine.training.selfdistill import is_held_out
+    from tools.training.selfdistill import is_held_out
 
     by_kind: dict[str, list[Prompt]] = {}
     with open(SHIPPED_PROMPTS, encoding="utf-8") as f:
@@ -195,7 +196,7 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
             result = engine.run(request, detail=False, emit=_step_recorder(breakdown))
             tally.add(prompt.question_id, result)
             breakdown.add_row(prompt, result.tokens, result.wall_s, result.steps)
-            tally.params = tally.params or engine.prepare(request)[0].params.model_dump()
+            tally.params = tally.params or engine.validate(request).policy.params.model_dump()
             bar.update()
     bar.close()
     baseline = next(t for t in tallies if t.spec.policy == "ar")
@@ -207,11 +208,11 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
         result.update(_broken_down(breakdown, ar_rows, result))
         results.append(result)
     info = engine.describe()
-    return {"target": info["target"], "draft": info["draft"], "drafter": drafter or engine.default_drafter,
-            "device": info["device"], "dtype": info["dtype"], "prompts": len(prompts),
+    return {"target": info.target, "draft": info.draft, "drafter": drafter or engine.default_drafter,
+            "device": info.device, "dtype": info.dtype, "costs": info.costs, "prompts": len(prompts),
             "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
             "categories": list(dict.fromkeys(prompt.category for prompt in prompts)),
-            "cost_curve": cost_curve(engine), "results": results}
+            "cost_curve": cost_curve(engine.costs), "results": results}
 
 
 def _step_recorder(breakdown: Breakdown):
@@ -235,7 +236,8 @@ def _warm_up(engine: SpecEngine, specs: list[PolicySpec], drafter: str | None) -
 def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: float,
                prompt_text: dict[Any, str]) -> dict[str, Any]:
     steps = max(tally.steps, 1)
-    step_ms = tally.draft_ms + tally.verify_ms + tally.other_ms
+    times = tally.times
+    step_ms = times.total_ms
     result = {
         "policy": tally.spec.label, "params": tally.params,
         "tau": tally.new_tokens / steps, "delta": tally.draft_forwards / steps,
@@ -243,10 +245,10 @@ def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: f
         "tokens_per_s": tally.tokens_per_s,
         "speedup_vs_ar": tally.tokens_per_s / baseline.tokens_per_s if baseline.tokens_per_s else None,
         "new_tokens": tally.new_tokens, "steps": tally.steps,
-        "share_draft": tally.draft_ms / step_ms if step_ms else 0.0,
-        "share_verify": tally.verify_ms / step_ms if step_ms else 0.0,
-        "share_other": tally.other_ms / step_ms if step_ms else 0.0,
-        "share_outside_forwards": 1 - (tally.draft_forward_ms + tally.verify_ms) / step_ms if step_ms else 0.0,
+        "share_draft": times.draft_ms / step_ms if step_ms else 0.0,
+        "share_verify": times.verify_ms / step_ms if step_ms else 0.0,
+        "share_other": times.other_ms / step_ms if step_ms else 0.0,
+        "share_outside_forwards": 1 - (times.draft_forward_ms + times.verify_ms) / step_ms if step_ms else 0.0,
         "identical_to_ar": None, "divergences": [],
     }
     if tally.external:
@@ -321,14 +323,9 @@ def by_category(rows: list[dict[str, Any]], ar_rows: list[dict[str, Any]]) -> di
     return out
 
 
-def cost_curve(engine: Any) -> dict[str, Any] | None:
+def cost_curve(table: CostTable) -> dict[str, Any]:
     """The target's forward time of n tokens over one token, per measured context (batch 1), from the cost
-    table the engine's cost-aware policies read; None where the engine holds none (the bench never profiles)."""
-    table = engine.policy_context.get("cost_table") if isinstance(engine.policy_context, dict) else None
-    if isinstance(table, (str, Path)):
-        table = CostTable.load(table)
-    if not isinstance(table, CostTable):
-        return None
+    table the engine's cost-aware policies read ("measured" by `specscope profile`, else "assumed")."""
     grid = table.target.ms[0]  # [contexts][ns] at the smallest batch
     return {"source": table.target.source, "device": table.device, "dtype": table.dtype, "ns": table.ns,
             "contexts": table.contexts, "ms": grid, "ratio": [[ms / row[0] for ms in row] for row in grid]}
@@ -403,5 +400,37 @@ def write_report(report: dict[str, Any], out_dir: str | Path, charts: list[tuple
     return out
 
 
-def known_policies() -> str:
-    return ", ".join(POLICIES)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompts", default=None,
+                        help="Spec-Bench-format JSON lines (question_id, category, turns); default: the shipped "
+                             "prompt set's held-out split, never used to train the head")
+    parser.add_argument("--policies", default="ar,chain,eagle,talon",
+                        help=f"comma-separated among {', '.join(POLICIES)}; parameters after colons, e.g. "
+                             "talon:mu=0.05:budget=40; hf-generate and hf-prompt-lookup add Hugging Face's own "
+                             "greedy decoding for scale")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N prompts, one category in turn")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="folder for results.md and results.json (default: runs/bench-…)")
+    parser.add_argument("--plots", action="store_true",
+                        help="also write SVG charts beside results.md (speedup, τ per category, τ against tree size, "
+                             "the cost curve), linked from it")
+
+
+def command(args: argparse.Namespace) -> int:
+    specs = [PolicySpec.parse(text) for text in args.policies.split(",") if text.strip()]
+    prompts = read_prompts(args.prompts, args.limit) if args.prompts else held_out_prompts(args.limit)
+    if not prompts:
+        raise RequestError(f"{args.prompts} holds no prompts", field="prompts")
+    engine = load_engine(EngineOptions.from_args(args))
+    report = run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter)
+    out = Path(args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
+    charts = write_plots(report, out) if args.plots else []
+    write_report(report, out, charts)
+    print(markdown_table(report, charts))
+    note = engine.costs_note_for([spec.policy for spec in specs])
+    if note:
+        print(f"note: {note}")
+    print(f"wrote {out / 'results.md'} and {out / 'results.json'}" + (f" and {len(charts)} charts" if charts else ""))
+    return 0
