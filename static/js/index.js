@@ -208,9 +208,7 @@ function drawTheory(phase, state) {
   });
   const ar = page.arEvents;
   const arFinished = ar?.find((e) => e.type === "run_finished") ?? (page.request ? page.baselines.get(baselineKey(page.request)) : null);
-  renderFormulas($("formula-panel"), formulaNumbers(events, phase, {
-    arFinished, arEvents: ar, table: started.cost_table ?? null, prefixLen: prefix,
-  }), { policy: started.policy });
+  renderFormulas($("formula-panel"), formulaNumbers(events, phase, { arFinished, arEvents: ar }), { policy: started.policy });
 }
 
 function drawMask() {

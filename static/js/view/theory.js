@@ -234,7 +234,8 @@ export function renderFormulas(box, f, { policy }) {
        { "data-predicted": String(f.predicted ?? ""), "data-measured": String(f.measured ?? "") },
        f.measured == null ? "measured speedup: replay a comparison trace or run ar with the same setup" : "measured: tokens/s over plain decoding's, same setup");
   if (f.stepVerifyCost) {
-    const source = f.stepVerifyCost.source === "cost table" ? "from the engine's cost table" : "measured: verify time over plain decoding's one-token forward";
+    const source = f.stepVerifyCost.source === "measured" ? "measured: verify time over plain decoding's one-token forward"
+      : `from the engine's ${f.stepVerifyCost.source}`;
     const run = f.runVerifyCost ? `; the run's trees: ${sig(f.runVerifyCost.ratio, 3)} on average` : "";
     line("verify", `this step's tree (${f.treeTokens} tokens) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards${run}`,
          f.predictedWithCost != null ? `R = τ / (v + c·δ) = ${sig(f.predictedWithCost, 3)}×` : "",
