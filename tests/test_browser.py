@@ -178,7 +178,7 @@ def test_compare_mode_runs_talon_and_eagle_after_ar_and_outputs_are_identical(pa
 
 
 def test_replay_of_a_shipped_trace_steps_with_the_keyboard(page, server_url):
-    open_page(page, f"{server_url}/?trace=smollm2-talon")
+    open_page(page, f"{server_url}/?trace=lesson-1-deep-narrow")
     label = page.locator("#step-timeline .timeline-label")
     page.wait_for_function("() => document.querySelectorAll('.timeline-cell').length > 2")
     assert label.inner_text().startswith("step 1 ")

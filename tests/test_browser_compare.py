@@ -15,41 +15,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
+import shipped_traces
 from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, wait_until_up
 
 pytestmark = pytest.mark.slow
 
-TRACES = ROOT / "static" / "traces"
-
-
-def recorded_runs(name: str) -> list[dict]:
-    """A shipped trace's runs in order: policy, steps (new_tokens after each), depths, finished."""
-    runs: dict[str, dict] = {}
-    for line in (TRACES / f"{name}.jsonl").read_text().splitlines():
-        event = json.loads(line)
-        run = runs.setdefault(event["run_id"], {"policy": event["policy"], "steps": [], "depths": [], "finished": None})
-        if event["type"] == "step_metrics":
-            run["steps"].append(event["new_tokens"])
-            run["depths"].append(event["depth"])
-        elif event["type"] == "run_finished":
-            run["finished"] = event
-    return list(runs.values())
-
-
-def shipped_comparison() -> str:
-    """A shipped trace that compares policies: ar and at least two others on one prompt."""
-    for path in sorted(TRACES.glob("*.jsonl")):
-        runs = recorded_runs(path.stem)
-        if any(r["policy"] == "ar" for r in runs) and sum(r["policy"] != "ar" for r in runs) >= 2:
-            return path.stem
-    raise AssertionError("no shipped trace compares ar with two policies")
-
-
-COMPARE_TRACE = shipped_comparison()
-# A shipped run of one drafting policy, for the single view.
-SINGLE_TRACE = next(path.stem for path in sorted(TRACES.glob("*.jsonl"))
-                    if [r["policy"] != "ar" for r in recorded_runs(path.stem)] == [True])
-PANES = [r for r in recorded_runs(COMPARE_TRACE) if r["policy"] != "ar" and r["finished"]][:4]
+COMPARE_TRACE = "lesson-4-compare"  # ar, chain, eagle, talon, cast on one prompt
+SINGLE_TRACE = "lesson-1-deep-narrow"
 SIZES = [(1440, 900), (1024, 768), (390, 844)]
 
 
@@ -93,86 +65,114 @@ def page(browser):
     assert not errors, errors
 
 
+def trace_steps(name: str) -> dict[str, list[int]]:
+    """Per policy of a shipped trace: new_tokens after each step."""
+    out: dict[str, list[int]] = {}
+    for event in shipped_traces.events(name):
+        if event["type"] == "step_metrics":
+            out.setdefault(event["policy"], []).append(event["new_tokens"])
+    return out
+
+
+def compare_panes() -> list[str]:
+    """The policies the recorded comparison shows in panes: every run but ar (the baseline), at most four."""
+    policies = [run[0]["policy"] for run in shipped_traces.runs(COMPARE_TRACE)]
+    return [policy for policy in policies if policy != "ar"][:4]
+
+
+def leader_of(steps: dict[str, list[int]]) -> str:
+    """The pane the shared player follows: the first with most steps."""
+    panes = compare_panes()
+    return max(panes, key=lambda policy: (len(steps[policy]), -panes.index(policy)))
+
+
 def open_compare(page, url: str, query: str = "") -> None:
     page.goto(f"{url}/?trace={COMPARE_TRACE}&compare=1{query}")
     page.wait_for_selector("[data-testid=compare-pane][data-step='1'] [data-testid=pane-tree] [data-status]")
 
 
-def pane_steps(page) -> list[str]:
-    return [pane.get_attribute("data-step") for pane in page.locator("[data-testid=compare-pane]").all()]
-
-
-def every_pane_at(page, step: int) -> None:
-    page.wait_for_function(f"() => [...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '{step}')")
+def pane_steps(page) -> dict[str, str]:
+    return {pane.get_attribute("data-policy"): pane.get_attribute("data-step")
+            for pane in page.locator("[data-testid=compare-pane]").all()}
 
 
 # ---------------------------------------------------------------- lock-step
 
 def test_compare_panes_open_at_step_one_and_step_together(page, replay_url):
     open_compare(page, replay_url)
-    panes = page.locator("[data-testid=compare-pane]")
-    assert [panes.nth(i).get_attribute("data-policy") for i in range(panes.count())] == [r["policy"] for r in PANES]
-    assert pane_steps(page) == ["1"] * len(PANES)
+    panes = compare_panes()
+    assert pane_steps(page) == {policy: "1" for policy in panes}
     page.keyboard.press("Shift+ArrowRight")
-    every_pane_at(page, 2)
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '2')")
     page.click("#compare-next-step")
-    every_pane_at(page, 3)
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '3')")
     page.keyboard.press("Home")
-    every_pane_at(page, 1)
-    # The shared slider reaches the longest run's last step; a shorter run stays on its own last step.
-    longest = max(len(r["steps"]) for r in PANES)
-    page.fill("#compare-step", str(longest))
-    page.wait_for_function(f"() => [...document.querySelectorAll('[data-testid=compare-pane]')].some(p => p.dataset.step === '{longest}')")
-    assert pane_steps(page) == [str(len(r["steps"])) for r in PANES]
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '1')")
+    # The shared slider moves every pane; past a pane's last step it stays on its last.
+    steps = trace_steps(COMPARE_TRACE)
+    leader = leader_of(steps)
+    most = len(steps[leader])
+    page.fill("#compare-step", str(most))
+    page.wait_for_function(f"() => document.querySelector('[data-policy={leader}][data-testid=compare-pane]').dataset.step === '{most}'")
+    assert pane_steps(page) == {policy: str(len(steps[policy])) for policy in panes}
     page.screenshot(path=str(ARTIFACTS / "browser-compare-lockstep.png"), full_page=True)
 
 
 def test_align_by_tokens_shows_the_step_that_emitted_the_same_output_position(page, replay_url):
     open_compare(page, replay_url, "&align=tokens")
     assert page.is_checked("[data-testid=compare-align]")
-    leader = max(range(len(PANES)), key=lambda i: (len(PANES[i]["steps"]), -i))
-    target = min(6, len(PANES[leader]["steps"]))
-    for _ in range(target - 1):
+    new_tokens = trace_steps(COMPARE_TRACE)
+    leader = leader_of(new_tokens)
+    moves = min(5, len(new_tokens[leader]) - 1)
+    for _ in range(moves):
         page.keyboard.press("Shift+ArrowRight")
-    page.wait_for_function(f"() => document.querySelectorAll('[data-testid=compare-pane]')[{leader}].dataset.step === '{target}'")
-    # The leader's step `target` starts at output token `first`; every other pane shows the step that emitted it.
-    first = PANES[leader]["steps"][target - 2] if target > 1 else 0
-    expected = [str(next((k for k, total in enumerate(r["steps"]) if total > first), len(r["steps"]) - 1) + 1)
-                for r in PANES]
-    assert pane_steps(page) == expected
+    page.wait_for_function(
+        f"() => document.querySelector('[data-policy={leader}][data-testid=compare-pane]').dataset.step === '{moves + 1}'")
+    # The leader (most steps) shows step moves + 1, which starts at output token new_tokens[leader][moves - 1];
+    # every other pane shows its step that emits that token.
+    first_token = new_tokens[leader][moves - 1]
+    for policy in compare_panes():
+        if policy == leader:
+            continue
+        totals = new_tokens[policy]
+        step = next((i for i, total in enumerate(totals) if total > first_token), len(totals) - 1) + 1
+        assert pane_steps(page)[policy] == str(step), policy
 
 
 def test_depth_charts_of_every_pane_share_one_labelled_y_scale(page, replay_url):
     open_compare(page, replay_url)
+    panes = compare_panes()
     charts = page.locator("[data-testid=pane-depth-chart]")
-    assert charts.count() == len(PANES)
-    tops = {charts.nth(i).get_attribute("data-ymax") for i in range(len(PANES))}
-    assert len(tops) == 1 and int(tops.pop()) >= max(max(r["depths"]) for r in PANES)
+    assert charts.count() == len(panes)
+    tops = {charts.nth(i).get_attribute("data-ymax") for i in range(len(panes))}
+    depths = [event["depth"] for event in shipped_traces.events(COMPARE_TRACE)
+              if event["type"] == "step_metrics" and event["policy"] in panes]
+    assert len(tops) == 1 and int(tops.pop()) >= max(depths)
     labels = charts.nth(0).locator("text.axis-label").all_text_contents()
     assert "depth" in labels and "step" in labels
     for kind in ("pane-width-chart", "pane-size-chart"):
-        assert len({page.locator(f"[data-testid={kind}]").nth(i).get_attribute("data-ymax") for i in range(len(PANES))}) == 1
-    assert page.locator("[data-testid=pane-silhouettes] .silhouette").count() == sum(len(r["steps"]) for r in PANES)
+        assert len({page.locator(f"[data-testid={kind}]").nth(i).get_attribute("data-ymax") for i in range(len(panes))}) == 1
+    steps = trace_steps(COMPARE_TRACE)
+    assert page.locator("[data-testid=pane-silhouettes] .silhouette").count() == sum(len(steps[p]) for p in panes)
 
 
 def test_the_table_explains_each_policy_against_ar(page, replay_url):
     open_compare(page, replay_url)
     rows = page.locator("[data-testid=compare-table] tbody tr")
-    assert [rows.nth(i).get_attribute("data-policy") for i in range(rows.count())] == ["ar"] + [r["policy"] for r in PANES]
-    ar = rows.nth(0)
+    assert [rows.nth(i).get_attribute("data-policy") for i in range(rows.count())] == ["ar", *compare_panes()]
+    ar = page.locator("[data-testid=compare-table] tr[data-policy=ar]")
     assert ar.locator("[data-testid=speedup]").inner_text() == "1.00×"
     assert ar.locator("[data-testid=predicted-r]").inner_text() == "1.00×"
-    for i, run in enumerate(PANES, 1):
-        done = run["finished"]
-        predicted = done["tau"] if done["delta"] == 0 else done["tau"] / (1 + done["c"] * done["delta"])
-        assert rows.nth(i).locator("[data-testid=predicted-r]").inner_text() == f"{predicted:.2f}×"
-        said = rows.nth(i).locator("[data-testid=equality]").inner_text()
-        assert said == "identical" or said.startswith("same up to a bf16 near-tie at token "), said
+    events = shipped_traces.events(COMPARE_TRACE)
+    talon = next(e for e in events if e["type"] == "run_finished" and e["policy"] == "talon")
+    predicted = talon["tau"] / (1 + talon["c"] * talon["delta"])
+    row = page.locator("[data-testid=compare-table] tr[data-policy=talon]")
+    assert row.locator("[data-testid=predicted-r]").inner_text() == f"{predicted:.2f}×"
+    assert row.locator("[data-testid=equality]").inner_text() == "identical"
 
 
 def test_ar_reads_one_and_its_output_is_not_tinted_as_rejected(page, replay_url):
-    ar_index = next(i for i, r in enumerate(recorded_runs(COMPARE_TRACE)) if r["policy"] == "ar")
-    page.goto(f"{replay_url}/?trace={COMPARE_TRACE}&run={ar_index}")
+    page.goto(f"{replay_url}/?trace={COMPARE_TRACE}&run=0")
     page.wait_for_selector("[data-testid=tree] [data-role=root]")
     page.keyboard.press("End")
     page.wait_for_selector("[data-testid=output][data-finished=true]")
@@ -275,7 +275,7 @@ def test_replay_only_disables_the_run_buttons_and_a_click_leaves_the_recorded_pa
     page.evaluate("document.querySelector('[data-testid=compare-run]').click()")
     page.wait_for_timeout(300)
     assert page.locator("[data-testid=pane-tree] [data-status]").count() == trees
-    assert page.locator("[data-testid=compare-table] tbody tr").count() == 1 + len(PANES)
+    assert page.locator("[data-testid=compare-table] tbody tr").count() == 1 + len(compare_panes())
     assert "waiting" not in page.inner_text("#compare")
 
 
@@ -284,7 +284,7 @@ def test_an_unknown_trace_lists_the_shipped_ones(page, replay_url):
     page.wait_for_function("() => document.querySelector('[data-testid=status]').textContent.includes('no-such-trace')")
     status = page.inner_text("[data-testid=status]")
     assert 'There is no trace named "no-such-trace"' in status
-    for name in sorted(path.stem for path in TRACES.glob("*.jsonl")):
+    for name in shipped_traces.names():
         assert name in status
 
 

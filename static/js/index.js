@@ -16,7 +16,7 @@ import { composeSvg, download, svgToPng, traceText as eventsText } from "./view/
 import { describePolicy, fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
 import { Presentation } from "./view/presentation.js";
 import { renderMetrics, renderOutput, renderTimeline } from "./view/run.js";
-import { renderFormulas, renderKv, renderMask, renderSampling } from "./view/theory.js";
+import { renderFormulas, renderKv, renderMask, renderSampling, scaleDrawings } from "./view/theory.js";
 import { TreeView, createTooltip } from "./view/tree.js";
 
 const $ = (id) => document.getElementById(id);
@@ -208,9 +208,8 @@ function drawTheory(phase, state) {
   });
   const ar = page.arEvents;
   const arFinished = ar?.find((e) => e.type === "run_finished") ?? (page.request ? page.baselines.get(baselineKey(page.request)) : null);
-  renderFormulas($("formula-panel"), formulaNumbers(events, phase, {
-    arFinished, arEvents: ar, table: started.cost_table ?? null, prefixLen: prefix,
-  }), { policy: started.policy });
+  renderFormulas($("formula-panel"), formulaNumbers(events, phase, { arFinished, arEvents: ar }), { policy: started.policy });
+  for (const id of ["kv-panel", "sampling-panel"]) scaleDrawings($(id), drawingScale());
 }
 
 function drawMask() {
@@ -228,17 +227,23 @@ function drawMask() {
   }
   const tree = verifiedTree(events, phase);
   renderMask($("mask-panel"), tree, prefixLength(events, phase), {
-    width: panelWidth(), height: page.presentation.active ? 380 : 560, hovered: page.hovered,
+    width: panelWidth(), height: page.presentation.active ? 300 : 560, hovered: page.hovered,
     onHover: (row) => {
       page.hovered = row;
       page.tree.highlight(page.theory.state.step?.postToId[row] ?? null);
       drawMask();
     },
   });
+  scaleDrawings($("mask-panel"), drawingScale());
+}
+
+// On a projector the theory panel's drawings are drawn larger, and laid out for the width that leaves.
+function drawingScale() {
+  return page.presentation.active ? 1.4 : 1;
 }
 
 function panelWidth() {
-  return Math.max(320, Math.min(760, $("theory").clientWidth - 24));
+  return Math.max(320, Math.min(760, ($("theory").clientWidth - 24) / drawingScale()));
 }
 
 function textAtPost(step, post) {

@@ -83,6 +83,7 @@ test("labels_carry_marks_so_verdicts_read_without_colour", () => {
   assert.equal(nodeLabel({ status: "rejected", text: "cat" }), "✗ cat");
   assert.equal(nodeLabel({ status: "recovered", text: "sat" }), "↺ sat");
   assert.equal(nodeLabel({ status: "bonus", text: "on" }), "★ on");
-  assert.equal(nodeLabel({ status: "kept", text: "a very long token" }), "a␣very␣lo…");
+  assert.equal(nodeLabel({ status: "kept", text: "a very long token" }), "a␣very␣…");
+  assert.equal(nodeLabel({ status: "rejected", text: "<|im_start|>" }), "✗ ⟨start⟩");
   assert.deepEqual(boundsOf([{ x: 1, y: 2, w: 3, h: 4 }, { x: 5, y: 0, w: 1, h: 1 }]), { x: 1, y: 0, w: 5, h: 6 });
 });

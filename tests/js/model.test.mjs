@@ -45,6 +45,8 @@ test("tokenLabel_makes_whitespace_visible", () => {
   assert.equal(tokenLabel(" the\n"), "␣the↵");
   assert.equal(tokenLabel("\t"), "⇥");
   assert.equal(tokenLabel(""), "∅");
+  assert.equal(tokenLabel("<|im_end|>"), "⟨end⟩");
+  assert.equal(tokenLabel("\uFFFD"), "⟨bytes⟩");
 });
 
 test("fold_maps_verify_verdicts_through_the_rerank_to_pre_rerank_nodes", () => {

@@ -48,9 +48,9 @@ test("commit_counts_the_cache_rows_kept_and_dropped", () => {
 test("a_sampled_walk_names_p_q_the_ratio_u_and_the_residual_draw", () => {
   const all = captions(sampledRun);
   const accept = all.filter((c) => c.title.includes("accept"));
-  assert.match(accept[0].text, /“u”: q = 0\.4, p = 0\.5, min\(1, p\/q\) = 1; u = 0\.3 < 1 → accepted ✓/);
-  assert.match(accept[1].text, /“v”: q = 0\.6, p = 0\.1, min\(1, p\/q\) = 0\.17; u = 0\.9 ≥ 0\.17 → rejected ✗; p becomes the residual/);
-  assert.match(accept[1].text, /recovered token “w” ↺ is drawn from what is left of p/);
+  assert.match(accept[0].text, /At the root “r”, the drafted “u” has q = 0\.4 and p = 0\.5: min\(1, p\/q\) = 1; u = 0\.3 < 1 → accepted ✓/);
+  assert.match(accept[1].text, /At “u”, the drafted “v” has q = 0\.6 and p = 0\.1: min\(1, p\/q\) = 0\.17; u = 0\.9 ≥ 0\.17 → rejected ✗; p becomes the residual/);
+  assert.match(accept[1].text, /recovered token “w” ↺ is drawn from what is left of p \(target p 0\.3, 0\.5 in the residual\)/);
   assert.match(all[0].text, /Draft token 1 of γ = 2: after “r” the draft samples “u” from its distribution q/);
 });
 

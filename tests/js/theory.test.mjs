@@ -6,7 +6,7 @@ import { test } from "node:test";
 import { phasesOf } from "../../static/js/model/phases.js";
 import {
   acceptanceRate, ancestorMatrix, ancestorsOf, attentionMask, formulaNumbers, kvCache, leviathanTau, positionIds,
-  predictedSpeedup, tableCost, verifiedTree, verifyCost, walkStep,
+  predictedSpeedup, summaryCost, verifiedTree, verifyCost, walkStep,
 } from "../../static/js/model/theory.js";
 import { arRun, sampledRun, talonRun } from "./fixtures.mjs";
 
@@ -62,19 +62,19 @@ test("alpha_counts_accepted_over_tried_positions_and_leviathan_follows", () => {
   assert.equal(predictedSpeedup(3, 0.05, 4, 2), 3 / 2.2, "a tree that costs two one-token forwards");
 });
 
-test("the_cost_table_is_read_as_engine_costs_reads_it", () => {
-  const table = { batches: [1], contexts: [128, 512], ns: [1, 2, 4], target: { ms: [[[10, 12, 20], [11, 10.5, 30]]] } };
-  assert.equal(tableCost(table, 3, 100), 16, "_interpolate doctest");
-  assert.equal(tableCost(table, 6, 100), 28, "extrapolated from the last two");
-  assert.equal(tableCost(table, 2, 300), 11, "context rounded up, running maximum");
-  assert.equal(verifyCost({ table, treeTokens: 4, context: 100 }).ratio, 2);
-  assert.deepEqual(verifyCost({ treeTokens: 61, context: 9, stepVerifyMs: 30, arVerifyMs: 10 }), { ratio: 3, source: "measured" });
-  assert.equal(verifyCost({ treeTokens: 61, context: 9 }), null);
+test("the_run_s_cost_summary_is_read_as_engine_costs_reads_its_table", () => {
+  const costs = { source: "measured", context: 128, ns: [1, 2, 4], target_ms: [10, 12, 20], draft_ms: [1, 1, 2] };
+  assert.equal(summaryCost(costs, 3), 16, "_interpolate doctest");
+  assert.equal(summaryCost(costs, 6), 28, "extrapolated from the last two");
+  assert.equal(summaryCost({ ...costs, target_ms: [11, 10.5, 30] }, 2), 11, "running maximum");
+  assert.deepEqual(verifyCost({ costs, treeTokens: 4 }), { ratio: 2, source: "cost table (measured)" });
+  assert.deepEqual(verifyCost({ treeTokens: 61, stepVerifyMs: 30, arVerifyMs: 10 }), { ratio: 3, source: "measured" });
+  assert.equal(verifyCost({ treeTokens: 61 }), null);
 });
 
 test("formula_numbers_use_the_run_so_far_and_plain_decoding_for_the_measured_speedup", () => {
   const phases = phasesOf(talonRun);
-  const first = formulaNumbers(talonRun, phases[5], { arEvents: arRun, prefixLen: 9 });
+  const first = formulaNumbers(talonRun, phases[5], { arEvents: arRun });
   assert.equal(first.tau, 2);
   assert.equal(first.alpha, 0.5);
   assert.equal(first.measured, null, "the run has not finished");
@@ -85,4 +85,9 @@ test("formula_numbers_use_the_run_so_far_and_plain_decoding_for_the_measured_spe
   const chain = formulaNumbers(sampledRun, phasesOf(sampledRun).at(-1));
   assert.equal(chain.gamma, 2);
   assert.equal(chain.leviathan, leviathanTau(0.5, 2));
+  const withTable = structuredClone(talonRun);
+  withTable[0].costs = { source: "synthetic", context: 128, ns: [1, 8, 64], target_ms: [40, 50, 120], draft_ms: [4, 5, 12] };
+  const priced = formulaNumbers(withTable, phases[5], { arEvents: arRun });
+  assert.equal(priced.stepVerifyCost.source, "cost table (synthetic)", "the run's own table wins over timings");
+  assert.equal(priced.stepVerifyCost.ratio, (40 + 10 * 4 / 7) / 40, "5 tokens between 1 and 8");
 });

@@ -185,6 +185,7 @@ export function describeNode(node) {
   if (node.threshold != null) rows.push(["threshold", formatProbability(node.threshold)]);
   rows.push(["target p", node.p == null ? "not verified" : formatProbability(node.p)]);
   for (const [key, value] of Object.entries(node.detail ?? {})) rows.push([key, formatProbability(value)]);
+  if (/^\uFFFD+$/.test(node.text ?? "")) rows.push(["note", "part of a multi-byte character (the first bytes of an emoji or accented letter)"]);
   rows.push(["decision", decisionText(node)]);
   if (node.hiddenPruned) rows.push(["pruned not drawn", String(node.hiddenPruned)]);
   return rows;

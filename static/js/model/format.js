@@ -4,9 +4,17 @@ export const STATUSES = ["kept", "pruned", "accepted", "rejected", "recovered", 
 
 const VISIBLE_WHITESPACE = { " ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍" };
 
-/** A token's text with whitespace made visible, for node labels: " the\n" -> "␣the↵". */
+/**
+ * A token's text with whitespace made visible, for node labels: " the\n" -> "␣the↵"; a chat
+ * template's special token in brackets: "<|im_start|>" -> "⟨start⟩"; a token that is part of a
+ * multi-byte character: "⟨bytes⟩".
+ */
 export function tokenLabel(text) {
   if (text === "" || text == null) return "∅";
+  // A token that is only part of a multi-byte character (an emoji's first bytes) decodes to U+FFFD alone.
+  if (/^\uFFFD+$/.test(text)) return "⟨bytes⟩";
+  const special = /^<\|(.+)\|>$/.exec(text);
+  if (special) return `⟨${special[1].replace(/^im_/, "")}⟩`;
   return Array.from(text, (ch) => VISIBLE_WHITESPACE[ch] ?? ch).join("");
 }
 

@@ -7,15 +7,16 @@ import { tokenLabel, truncate } from "./format.js";
 
 export const LAYOUT = {
   font: 15, // label size at zoom 1
-  char: 9.2, // width of one monospace character at that size
+  char: 9.1, // width of one monospace character at that size (DejaVu Sans Mono: 0.602 em)
   pad: 8, // label padding inside a node
   nodeHeight: 26,
   row: 34, // vertical pitch of node rows
   chipRow: 30, // and of "+k more" rows
-  gap: 30, // horizontal gap between columns
+  gap: 18, // horizontal gap between columns
   header: 80, // room above the tree for each layer's title, its bar and its folded count
   left: 12,
-  maxLabel: 10, // characters before a label is cut
+  maxLabel: 9, // characters before the label of a decided node (accepted, rejected, …) is cut
+  maxWaiting: 8, // and of a kept or pruned one: columns stay narrow enough for a long accepted path
 };
 
 // Marks that tell the verdicts apart without colour.
@@ -25,7 +26,7 @@ export const MARKS = { accepted: "✓", rejected: "✗", recovered: "↺", bonus
 export function nodeLabel(node) {
   if (node.status === "root") return node.token == null ? "prompt…" : `…${truncate(tokenLabel(node.text), 7)}`;
   const mark = MARKS[node.status];
-  const text = truncate(tokenLabel(node.text), LAYOUT.maxLabel);
+  const text = truncate(tokenLabel(node.text), mark ? LAYOUT.maxLabel : LAYOUT.maxWaiting);
   return mark ? `${mark} ${text}` : text;
 }
 
@@ -160,7 +161,7 @@ function columnsOf(placed) {
   const x = [LAYOUT.left];
   const width = [];
   for (let d = 0; d < widest.length; d++) {
-    width[d] = Math.max(widest[d] ?? 40, 64);
+    width[d] = Math.max(widest[d] ?? 40, 48);
     x[d + 1] = x[d] + width[d] + LAYOUT.gap;
   }
   return { x, width };

@@ -265,13 +265,15 @@ function acceptText(context) {
     }
     return parts.join(" ");
   }
-  parts.push(`At ${at}:`);
-  for (const check of checks) parts.push(sampledCheck(step, check));
+  const tried = checks.map((check, i) => sampledCheck(step, check, i === 0 ? `At ${at}, the` : "Then the"));
+  parts.push(...tried);
   if (last) {
+    const left = entry?.residual_top?.find((t) => t.token === emitted.token);
     parts.push(emitted.kind === "bonus"
       ? `${at} ends its path, so the bonus token ${quote(emitted.text)} ★ is drawn from the target's p (p = ${sig(emitted.p)}).`
-      : `Every child was rejected, so the recovered token ${quote(emitted.text)} ↺ is drawn from what is left of p ` +
-        `(p of it at this node = ${sig(emitted.p)}). The output stays distributed exactly as the target's.`);
+      : `${checks.length > 1 ? "Every child was" : "The child was"} rejected, so the recovered token ${quote(emitted.text)} ↺ ` +
+        `is drawn from what is left of p (target p ${sig(emitted.p)}${left ? `, ${sig(left.p)} in the residual` : ""}). ` +
+        "The output stays distributed exactly as the target's.");
   }
   return parts.join(" ");
 }
@@ -280,16 +282,18 @@ function textOf(step, check) {
   return check.text ?? step.nodes.get(step.postToId[check.child])?.text ?? "";
 }
 
-function sampledCheck(step, check) {
+/** One child the walk tried at temperature > 0, opening with `lead` ("At “x”, the" / "Then the"). */
+function sampledCheck(step, check, lead) {
   const token = quote(textOf(step, check));
   const mark = check.accepted ? "accepted ✓" : "rejected ✗";
-  if (check.u == null) return `${token}: ${mark}${check.p != null ? ` (p = ${sig(check.p)})` : ""}.`;
+  const vs = check.accepted ? "<" : "≥";
+  if (check.u == null) return `${lead} drafted ${token} is ${mark}${check.p != null ? ` (p = ${sig(check.p)})` : ""}.`;
   if (check.rule === "deterministic") {
-    return `${token} was drafted as a top-K pick, so it is accepted with probability p = ${sig(check.p)}: ` +
-      `u = ${sig(check.u)} ${check.accepted ? "<" : "≥"} ${sig(check.ratio)} → ${mark}${check.accepted ? "" : "; p loses it and is renormalised"}.`;
+    return `${lead} drafted ${token} is a top-K pick, so it is accepted with probability p = ${sig(check.p)}: ` +
+      `u = ${sig(check.u)} ${vs} ${sig(check.ratio)} → ${mark}${check.accepted ? "" : "; p loses it and is renormalised"}.`;
   }
-  return `${token}: q = ${sig(check.q)}, p = ${sig(check.p)}, min(1, p/q) = ${sig(check.ratio)}; u = ${sig(check.u)} ` +
-    `${check.accepted ? "<" : "≥"} ${sig(check.ratio)} → ${mark}${check.accepted ? "" : "; p becomes the residual norm(max(0, p − q))"}.`;
+  return `${lead} drafted ${token} has q = ${sig(check.q)} and p = ${sig(check.p)}: min(1, p/q) = ${sig(check.ratio)}; ` +
+    `u = ${sig(check.u)} ${vs} ${sig(check.ratio)} → ${mark}${check.accepted ? "" : "; p becomes the residual norm(max(0, p − q))"}.`;
 }
 
 /** Checks at a walked node from a version-1 verify event: its children's verdicts, best q first (as acceptance tries them). */

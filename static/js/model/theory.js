@@ -138,20 +138,14 @@ export function predictedSpeedup(tau, c, delta, verifyCost = 1) {
 }
 
 /**
- * A cost table's time for a target forward of `n` tokens at `context` cached tokens, in ms (as
- * engine/costs.py CostTable.cost: context rounded up to a measured one, n interpolated linearly and
- * extrapolated from the last two). `table` is the table's JSON.
+ * The time of one target forward of `n` new tokens from the cost summary a run reports in
+ * run_started.costs ({ source, context, ns, target_ms }), as engine/costs.py reads its table: n
+ * interpolated linearly between measured sizes, extrapolated from the last two, never below 0, over
+ * the running maximum of the times (a bigger forward never costs less).
  */
-export function tableCost(table, n, context, batch = 1) {
+export function summaryCost(costs, n) {
   if (n <= 0) return 0;
-  const row = runningMax(table.target.ms[bucket(table.batches, batch)][bucket(table.contexts, context)]);
-  return interpolate(table.ns, row, n);
-}
-
-/** Index of the smallest grid value ≥ x, clamped to the last (CAST's select). */
-function bucket(grid, x) {
-  const i = grid.findIndex((v) => v >= x);
-  return i === -1 ? grid.length - 1 : i;
+  return interpolate(costs.ns, runningMax(costs.target_ms), n);
 }
 
 /** Piecewise-linear through (xs, ys), extended linearly past both ends, never below 0. */
@@ -170,14 +164,14 @@ function runningMax(row) {
 }
 
 /**
- * How many one-token forwards verifying this step's tree costs: from the run's cost table where
- * the run reports one, else measured (this step's verify time over plain decoding's mean, when a
- * plain decoding run of the same setup is at hand), else null.
+ * How many one-token forwards verifying a tree of `treeTokens` costs: from the cost table the run
+ * reports (its source: measured, synthetic or assumed), else measured from the run's own verify
+ * time over plain decoding's (when a plain decoding run of the same setup is at hand), else null.
  */
-export function verifyCost({ table = null, treeTokens, context, stepVerifyMs = null, arVerifyMs = null }) {
-  if (table) {
-    const one = tableCost(table, 1, context);
-    return one > 0 ? { ratio: tableCost(table, treeTokens, context) / one, source: "cost table" } : null;
+export function verifyCost({ costs = null, treeTokens, stepVerifyMs = null, arVerifyMs = null }) {
+  if (costs?.ns?.length) {
+    const one = summaryCost(costs, 1);
+    return one > 0 ? { ratio: summaryCost(costs, treeTokens) / one, source: `cost table (${costs.source})` } : null;
   }
   if (stepVerifyMs != null && arVerifyMs > 0) return { ratio: stepVerifyMs / arVerifyMs, source: "measured" };
   return null;
@@ -193,7 +187,7 @@ export function meanVerifyMs(events) {
  * The formula panel's numbers at a phase: α so far, τ, δ, c, Leviathan's τ for a chain, predicted R
  * (ideal and with the tree's verify cost), the measured speedup where plain decoding's speed is known.
  */
-export function formulaNumbers(events, phase, { arFinished = null, arEvents = null, table = null, prefixLen = 0 } = {}) {
+export function formulaNumbers(events, phase, { arFinished = null, arEvents = null } = {}) {
   const upTo = events.slice(0, phase?.end ?? events.length);
   const started = events.find((e) => e.type === "run_started") ?? {};
   const finished = events.find((e) => e.type === "run_finished") ?? null;
@@ -207,11 +201,11 @@ export function formulaNumbers(events, phase, { arFinished = null, arEvents = nu
   const gamma = started.policy === "chain" ? started.params?.gamma ?? null : null;
   const step = metrics.find((m) => m.step === phase?.step) ?? null;
   const treeTokens = step ? step.tree_size + 1 : null;
-  const cost = treeTokens == null ? null : verifyCost({ table, treeTokens, context: prefixLen, stepVerifyMs: step.verify_ms,
-                                                        arVerifyMs: arEvents ? meanVerifyMs(arEvents) : null });
+  const costs = started.costs ?? null;
+  const arVerifyMs = arEvents ? meanVerifyMs(arEvents) : null;
+  const cost = treeTokens == null ? null : verifyCost({ costs, treeTokens, stepVerifyMs: step.verify_ms, arVerifyMs });
   const meanTree = steps ? metrics.reduce((s, m) => s + m.tree_size, 0) / steps : null;
-  const runCost = verifyCost({ table, treeTokens: (meanTree ?? 0) + 1, context: prefixLen,
-                               stepVerifyMs: meanVerifyMs(upTo), arVerifyMs: arEvents ? meanVerifyMs(arEvents) : null });
+  const runCost = verifyCost({ costs, treeTokens: (meanTree ?? 0) + 1, stepVerifyMs: meanVerifyMs(upTo), arVerifyMs });
   return {
     alpha, tau, delta, c, gamma, steps,
     leviathan: leviathanTau(alpha, gamma),

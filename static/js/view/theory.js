@@ -8,6 +8,17 @@ import { ancestorsOf, attentionMask, positionIds } from "../model/theory.js";
 import { tokenLabel, truncate } from "../model/format.js";
 import { el, svgEl } from "./dom.js";
 
+/** Draws a panel's SVG drawings `scale` times their size (a projector wants ~1.4), keeping their layout. */
+export function scaleDrawings(panel, scale) {
+  for (const svg of panel.querySelectorAll(":scope > svg")) {
+    const width = Number(svg.getAttribute("width"));
+    const height = Number(svg.getAttribute("height"));
+    if (!svg.hasAttribute("viewBox")) svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("width", String(width * scale));
+    svg.setAttribute("height", String(height * scale));
+  }
+}
+
 // ---------------------------------------------------------------- attention mask
 
 /** Which prefix columns to draw: all when few, else the first two and the last two (the rest are all 1 too). */
@@ -155,12 +166,18 @@ export function renderSampling(box, walk, { nodeText, temperature, textOf }) {
   if (walk.emitted) {
     const drawn = el("p", { class: `drawn ${walk.emitted.kind}`, "data-testid": "drawn-token", "data-token": String(walk.emitted.token) },
                      `${walk.emitted.kind === "bonus" ? "★ bonus" : "↺ recovered"}: ${quote(walk.emitted.text)} ` +
-                     `(p = ${sig(walk.emitted.p, 3)}) — ${walk.residual ? "drawn from the residual" : temperature > 0 ? "drawn from p" : "the target's argmax"}`);
+                     `(target p = ${sig(walk.emitted.p, 3)}${residualP(walk)}) — ` +
+                     `${walk.residual ? "drawn from the residual" : temperature > 0 ? "drawn from p" : "the target's argmax"}`);
     parts.push(drawn);
   }
   if (walk.partial) parts.push(el("p", { class: "panel-note" }, "This trace predates the walk's numbers (schema 1): p and q of the tried children only."));
   box.replaceChildren(...parts);
   box.dataset.node = String(walk.node);
+}
+
+function residualP(walk) {
+  const left = walk.residual?.find((t) => t.token === walk.emitted.token);
+  return left ? `, ${sig(left.p, 3)} in the residual` : "";
 }
 
 function bars(title, tokens, { pq = false, residual = false } = {}) {
@@ -234,9 +251,11 @@ export function renderFormulas(box, f, { policy }) {
        { "data-predicted": String(f.predicted ?? ""), "data-measured": String(f.measured ?? "") },
        f.measured == null ? "measured speedup: replay a comparison trace or run ar with the same setup" : "measured: tokens/s over plain decoding's, same setup");
   if (f.stepVerifyCost) {
-    const source = f.stepVerifyCost.source === "cost table" ? "from the engine's cost table" : "measured: verify time over plain decoding's one-token forward";
+    const source = f.stepVerifyCost.source === "measured" ? "measured: verify time over plain decoding's one-token forward"
+      : `from the engine's ${f.stepVerifyCost.source}`;
     const run = f.runVerifyCost ? `; the run's trees: ${sig(f.runVerifyCost.ratio, 3)} on average` : "";
-    line("verify", `this step's tree (${f.treeTokens} tokens) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards${run}`,
+    const tokens = f.treeTokens === 1 ? "1 token" : `${f.treeTokens} tokens`;
+    line("verify", `this step's tree (${tokens}) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards${run}`,
          f.predictedWithCost != null ? `R = τ / (v + c·δ) = ${sig(f.predictedWithCost, 3)}×` : "",
          { "data-verify-cost": String(f.stepVerifyCost.ratio), "data-verify-source": f.stepVerifyCost.source },
          `${source}. R above assumes v = 1: true where the device has compute to spare (a GPU), not on a laptop CPU, ` +

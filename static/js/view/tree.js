@@ -93,7 +93,7 @@ function layerHeader(layer, onLayer) {
   const group = svgEl("g", { class: `layer-header${layer.open ? " open" : ""}`, "data-depth": String(layer.depth) });
   group.append(svgEl("text", { x: layer.x, y: 16, class: "layer-title" }, `layer ${layer.depth}`));
   if (layer.threshold != null) {
-    const bar = svgEl("text", { x: layer.x, y: 35, class: "layer-threshold" }, `≥ ${formatProbability(layer.threshold)}`);
+    const bar = svgEl("text", { x: layer.x, y: 35, class: "layer-threshold" }, `≥ ${shortNumber(layer.threshold)}`);
     bar.append(svgEl("title", {}, layer.anchor != null
       ? `keeps path scores ≥ μ·m_${layer.depth} = ${formatProbability(layer.threshold)}, where m_${layer.depth} = ${formatProbability(layer.anchor)} is the layer's best path score`
       : `the layer's bar: ${formatProbability(layer.threshold)}`));
@@ -117,6 +117,11 @@ function layerHeader(layer, onLayer) {
     group.append(fold);
   }
   return group;
+}
+
+/** Two significant digits, short enough for a narrow column: 0.029, 0.0079, 2.6e-4. */
+function shortNumber(value) {
+  return value >= 0.001 ? String(Number(value.toPrecision(2))) : value.toExponential(1);
 }
 
 // Width of 15 px system-font text, roughly: enough to keep a chip inside its column.
@@ -213,7 +218,7 @@ export class TreeView {
   focusOn({ box, anchor = "start" }, { instant = false } = {}) {
     if (!box) return;
     const { width, height } = this._size();
-    const margin = 24;
+    const margin = 16;
     const { minZoom, homeZoom, maxZoom } = this.options;
     const fit = Math.min((width - 2 * margin) / box.w, (height - 2 * margin) / box.h);
     const z = clamp(Math.min(fit, Math.max(homeZoom, minZoom)), minZoom, maxZoom);
