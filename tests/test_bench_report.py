@@ -93,11 +93,12 @@ def test_bench_plots_writes_charts_that_parse_and_carry_the_results(tiny_target,
     write_prompts(tmp_path / "q.jsonl", ["w3 w4 w5 w3 w4", "w7 w7 w7"])
     code, out, _ = run_cli(capsys, "bench", "--prompts", str(tmp_path / "q.jsonl"), "--policies", "ar,chain,talon",
                            "--max-new-tokens", "16", "--target", tiny_target, "--dtype", "float32",
-                           "--out", str(tmp_path / "out"), "--plots")
+                           "--out", str(tmp_path / "out"), "--plots", "--note", "a tiny random model")
     assert code == 0 and "4 charts" in out
     folder = tmp_path / "out"
     report = json.loads((folder / "results.json").read_text())
     markdown = (folder / "results.md").read_text()
+    assert report["note"] == "a tiny random model" and "Note: a tiny random model" in markdown
     for name, title in CHARTS:
         assert f"![{title}]({name})" in markdown
         parse_svg(folder / name)

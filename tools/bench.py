@@ -336,7 +336,7 @@ def markdown_table(report: dict[str, Any], charts: list[tuple[str, str]] = ()) -
     ((title, file name) pairs written beside it)."""
     header = (f"target {report['target']} · drafter {report['drafter']} · {report['device']} {report['dtype']} · "
               f"{report['prompts']} prompts × {report['max_new_tokens']} new tokens · temperature {report['temperature']}")
-    lines = [header, "",
+    lines = [header, ""] + ([f"Note: {report['note']}", ""] if report.get("note") else []) + [
              "| policy | τ | δ | c | tokens/s | speedup vs ar | steps | draft / verify / other | outside forwards "
              "| identical to ar |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -416,6 +416,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plots", action="store_true",
                         help="also write SVG charts beside results.md (speedup, τ per category, τ against tree size, "
                              "the cost curve), linked from it")
+    parser.add_argument("--note", default=None,
+                        help="a line kept in results.json and shown with the results, e.g. how busy the machine was")
 
 
 def command(args: argparse.Namespace) -> int:
@@ -425,6 +427,8 @@ def command(args: argparse.Namespace) -> int:
         raise RequestError(f"{args.prompts} holds no prompts", field="prompts")
     engine = load_engine(EngineOptions.from_args(args))
     report = run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter)
+    if args.note:
+        report["note"] = args.note
     out = Path(args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
     charts = write_plots(report, out) if args.plots else []
     write_report(report, out, charts)

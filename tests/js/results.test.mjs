@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  categoryRows, checkReport, coloursOf, costSeries, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
+  categoryRows, checkReport, coloursOf, costSeries, describeReport, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
 } from "../../static/js/model/results.js";
 import { linear, log2, niceMax, niceTicks } from "../../static/js/model/scale.js";
 
@@ -69,4 +69,9 @@ test("category_rows_read_like_spec_bench", () => {
   assert.deepEqual(rows[0].cells, [{ speedup: 1, tau: 1 }, { speedup: 1, tau: 1 }, { speedup: 1, tau: 1 }]);
   assert.deepEqual(rows[2].cells[2], { speedup: 1.5, tau: 2.5 });
   assert.deepEqual(rows[1].cells[1], null);
+});
+
+test("a_reports_note_is_said_with_it", () => {
+  assert.match(describeReport({ ...REPORT, note: "under load" }), /temperature 0\. Note: under load$/);
+  assert.doesNotMatch(describeReport(REPORT), /Note/);
 });

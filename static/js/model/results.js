@@ -75,7 +75,8 @@ export function describeReport(report) {
   const parts = [`target ${report.target}`, report.drafter ? `drafter ${report.drafter}` : null,
                  `${report.device} ${report.dtype}`, `${report.prompts} prompts × ${report.max_new_tokens} new tokens`,
                  `temperature ${report.temperature}`];
-  return parts.filter(Boolean).join(" · ");
+  const line = parts.filter(Boolean).join(" · ");
+  return report.note ? `${line}. Note: ${report.note}` : line;
 }
 
 /** Spec-Bench's table: per policy, speedup vs ar and τ in each category, then over the whole run. */
