@@ -34,7 +34,7 @@ def replay_url():
                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until_up(url, process, timeout_s=60)
+        wait_until_up(url, process)
         yield url
     finally:
         process.terminate()
@@ -57,6 +57,9 @@ def page(browser):
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+    # The server's Content-Security-Policy refuses inline script and style: a page that tries fails its test.
+    page.on("console", lambda message: errors.append(message.text) if "Content Security Policy" in message.text
+            else None)
     yield page
     page.close()
     assert not errors, errors
@@ -100,17 +103,17 @@ def test_compare_panes_open_at_step_one_and_step_together(page, replay_url):
     panes = compare_panes()
     assert pane_steps(page) == {policy: "1" for policy in panes}
     page.keyboard.press("Shift+ArrowRight")
-    page.wait_for_function("[...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '2')")
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '2')")
     page.click("#compare-next-step")
-    page.wait_for_function("[...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '3')")
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '3')")
     page.keyboard.press("Home")
-    page.wait_for_function("[...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '1')")
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '1')")
     # The shared slider moves every pane; past a pane's last step it stays on its last.
     steps = trace_steps(COMPARE_TRACE)
     leader = leader_of(steps)
     most = len(steps[leader])
     page.fill("#compare-step", str(most))
-    page.wait_for_function(f"document.querySelector('[data-policy={leader}][data-testid=compare-pane]').dataset.step === '{most}'")
+    page.wait_for_function(f"() => document.querySelector('[data-policy={leader}][data-testid=compare-pane]').dataset.step === '{most}'")
     assert pane_steps(page) == {policy: str(len(steps[policy])) for policy in panes}
     page.screenshot(path=str(ARTIFACTS / "browser-compare-lockstep.png"), full_page=True)
 
@@ -124,7 +127,7 @@ def test_align_by_tokens_shows_the_step_that_emitted_the_same_output_position(pa
     for _ in range(moves):
         page.keyboard.press("Shift+ArrowRight")
     page.wait_for_function(
-        f"document.querySelector('[data-policy={leader}][data-testid=compare-pane]').dataset.step === '{moves + 1}'")
+        f"() => document.querySelector('[data-policy={leader}][data-testid=compare-pane]').dataset.step === '{moves + 1}'")
     # The leader (most steps) shows step moves + 1, which starts at output token new_tokens[leader][moves - 1];
     # every other pane shows its step that emits that token.
     first_token = new_tokens[leader][moves - 1]
@@ -278,7 +281,7 @@ def test_replay_only_disables_the_run_buttons_and_a_click_leaves_the_recorded_pa
 
 def test_an_unknown_trace_lists_the_shipped_ones(page, replay_url):
     page.goto(f"{replay_url}/?trace=no-such-trace")
-    page.wait_for_function("document.querySelector('[data-testid=status]').textContent.includes('no-such-trace')")
+    page.wait_for_function("() => document.querySelector('[data-testid=status]').textContent.includes('no-such-trace')")
     status = page.inner_text("[data-testid=status]")
     assert 'There is no trace named "no-such-trace"' in status
     for name in shipped_traces.names():
@@ -287,7 +290,7 @@ def test_an_unknown_trace_lists_the_shipped_ones(page, replay_url):
 
 def test_unknown_policies_and_out_of_range_values_from_a_link_are_named_and_replaced(page, replay_url):
     page.goto(f"{replay_url}/?policy=warp&temperature=9&max_new_tokens=0&p.mu=3")
-    page.wait_for_function("document.querySelector('[data-testid=status]').textContent.includes('warp')")
+    page.wait_for_function("() => document.querySelector('[data-testid=status]').textContent.includes('warp')")
     status = page.inner_text("[data-testid=status]")
     assert 'unknown policy "warp" (using talon' in status
     assert "temperature 9 is outside 0–5" in status and "max_new_tokens 0 is outside 1–8192" in status
@@ -315,14 +318,14 @@ def test_a_share_link_with_9000_cjk_characters_round_trips(browser, page, replay
     page.select_option("[data-testid=policy]", "eagle")
     page.fill("[data-param=depth]", "5")
     page.click("#share")
-    page.wait_for_function("location.hash.startsWith('#setup=')")
+    page.wait_for_function("() => location.hash.startsWith('#setup=')")
     link = page.evaluate("location.href")
     assert len(urlsplit(link).query) <= 1500, "the part a server sees stays short"
     other = browser.new_page()
     try:
         response = other.goto(link)
         assert response.status == 200
-        other.wait_for_function("document.querySelector('[data-testid=prompt]').value.length === 9000")
+        other.wait_for_function("() => document.querySelector('[data-testid=prompt]').value.length === 9000")
         assert other.input_value("[data-testid=prompt]") == prompt
         assert other.input_value("[data-testid=policy]") == "eagle"
         assert other.input_value("[data-param=depth]") == "5"
@@ -338,14 +341,14 @@ def test_a_link_restores_compare_mode_with_its_panes(page, replay_url):
     assert panes.nth(0).locator("[data-param=gamma]").input_value() == "3"
     assert panes.nth(1).locator("[data-param=depth]").input_value() == "4"
     assert page.is_checked("[data-testid=compare-align]")
-    page.wait_for_function("location.search.includes('compare=chain')")
+    page.wait_for_function("() => location.search.includes('compare=chain')")
     assert "align=tokens" in page.evaluate("location.search")
 
 
 def test_a_recorded_comparison_link_reopens_compare_mode(page, replay_url):
     open_compare(page, replay_url)
     page.keyboard.press("Shift+ArrowRight")
-    page.wait_for_function("location.search.includes('step=2')")
+    page.wait_for_function("() => location.search.includes('step=2')")
     link = page.evaluate("location.href")
     assert "compare=1" in link and f"trace={COMPARE_TRACE}" in link
     page.goto(link)
@@ -383,7 +386,7 @@ def test_results_page_draws_a_results_json_the_user_opens(page, replay_url, tmp_
     page.goto(f"{replay_url}/results")
     page.wait_for_selector("[data-testid=results-chart] [data-policy]")
     page.set_input_files("[data-testid=results-upload]", str(path))
-    page.wait_for_function("document.querySelector('[data-testid=results-status]').textContent.includes('results.json')")
+    page.wait_for_function("() => document.querySelector('[data-testid=results-status]').textContent.includes('results.json')")
     bars = page.locator("svg[data-chart=speedup] rect[data-policy]")
     assert [bars.nth(i).get_attribute("data-policy") for i in range(bars.count())] == ["ar", "chain", "talon:mu=0.2"]
     categories = {b.get_attribute("data-category") for b in page.locator("svg[data-chart=tau-by-category] rect").all()
@@ -392,7 +395,7 @@ def test_results_page_draws_a_results_json_the_user_opens(page, replay_url, tmp_
     wrong = tmp_path / "wrong.json"
     wrong.write_text('{"nope": 1}')
     page.set_input_files("[data-testid=results-upload]", str(wrong))
-    page.wait_for_function("document.querySelector('[data-testid=results-status]').classList.contains('error')")
+    page.wait_for_function("() => document.querySelector('[data-testid=results-status]').classList.contains('error')")
     assert "results" in page.inner_text("[data-testid=results-status]")
 
 

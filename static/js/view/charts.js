@@ -57,12 +57,15 @@ function referenceLine(chart, x1, y1, x2, y2) {
   chart.svg.append(svgEl("line", { x1, y1, x2, y2, class: "reference" }));
 }
 
-/** Swatches and labels, as HTML under the chart so they wrap at any width. */
+/** Swatches and labels, as HTML above the chart so they wrap at any width (swatches are tiny SVGs: no inline style). */
 export function legend(chart, items) {
   const list = el("ul", { class: "chart-legend" });
   for (const { label, colour, shape = "square" } of items) {
+    const swatch = svgEl("svg", { class: "swatch-dot", viewBox: "0 0 10 10", "aria-hidden": "true" });
+    swatch.append(shape === "round" ? svgEl("circle", { cx: 5, cy: 5, r: 5, fill: colour })
+                                    : svgEl("rect", { width: 10, height: 10, fill: colour }));
     const item = el("li");
-    item.append(el("span", { class: `swatch-dot ${shape}`, style: `background:${colour}` }), document.createTextNode(label));
+    item.append(swatch, document.createTextNode(label));
     list.append(item);
   }
   chart.figure.insertBefore(list, chart.svg);

@@ -171,7 +171,7 @@ export class CompareView {
   }
 
   regroup() {
-    $("panes").style.setProperty("--panes", String(this.panes.length));
+    $("panes").dataset.count = String(this.panes.length);
     this.group.players = this.panes.map((pane) => pane.player);
     this.realign();
   }

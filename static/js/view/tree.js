@@ -48,7 +48,7 @@ function drawInto(group, layout, { onChip, onLayer } = {}) {
 function updateNode(element, node) {
   const isRoot = node.status === "root";
   element.setAttribute("class", `node ${node.status}${element.classList.contains("entering") ? " entering" : ""}`);
-  element.setAttribute("style", `transform: translate(${node.x}px, ${node.y}px)`);
+  element.style.transform = `translate(${node.x}px, ${node.y}px)`; // CSSOM: the CSP refuses style attributes
   element.id = `tree-node-${node.id}`;
   element.setAttribute("role", "treeitem");
   element.setAttribute("aria-label", ariaLabel(node));
@@ -85,7 +85,7 @@ function edgePath(edge, reuse = null) {
   const mid = (x1 + x2) / 2;
   const path = reuse ?? svgEl("path", { "data-to": edge.to.id });
   path.setAttribute("class", `edge ${edge.status}`);
-  path.setAttribute("style", `d: path("M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}")`);
+  path.style.setProperty("d", `path("M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}")`);
   return path;
 }
 
