@@ -80,6 +80,9 @@ def new_page(browser, viewport):
     page = browser.new_page(viewport=viewport, accept_downloads=True)
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
+    # The server's Content-Security-Policy refuses inline styles and scripts: the page must need neither.
+    page.on("console", lambda message: page.errors.append(message.text)
+            if "Content Security Policy" in message.text else None)
     return page
 
 
@@ -107,13 +110,14 @@ def read_runs(name: str) -> list[list[dict]]:
 
 def open_lesson(page, url: str, query: str) -> None:
     page.goto(f"{url}/?{query}")
-    page.wait_for_function("document.querySelector('[data-testid=phase-name]').textContent.length > 0")
+    page.wait_for_function("() => document.querySelector('[data-testid=phase-name]').textContent.length > 0")
     settle(page)
 
 
 def settle(page) -> None:
     """Waits for the draw after a key and for the camera to stop gliding."""
-    page.wait_for_function("document.body.dataset.draw === 'drawn'"
+    # Predicates are functions: a bare expression is evaluated with eval(), which the page's CSP refuses.
+    page.wait_for_function("() => document.body.dataset.draw === 'drawn'"
                            " && document.querySelector('[data-testid=tree-viewport]').dataset.camera === 'still'")
 
 
@@ -457,7 +461,7 @@ def test_a_link_with_step_and_phase_reopens_there_and_share_keeps_the_trace(brow
     other = new_page(browser, SCREEN)
     try:
         other.goto(link)
-        other.wait_for_function("document.querySelector('[data-testid=phase-name]').textContent.length > 0")
+        other.wait_for_function("() => document.querySelector('[data-testid=phase-name]').textContent.length > 0")
         settle(other)
         assert phase_state(other) == moved
     finally:
@@ -491,7 +495,7 @@ def test_after_choosing_a_trace_the_keys_act_on_the_player(screen, server_url):
     label = screen.eval_on_selector(f"[data-testid=trace] option[data-name='{LESSONS[-1]}']", "o => o.textContent")
     assert "T " in label, "the list says each trace's temperature"
     screen.select_option("[data-testid=trace]", label=label)
-    screen.wait_for_function("document.querySelector('[data-testid=phase-name]').textContent.length > 0")
+    screen.wait_for_function("() => document.querySelector('[data-testid=phase-name]').textContent.length > 0")
     chosen = screen.eval_on_selector("[data-testid=trace]", "s => s.value")
     before = phase_state(screen)
     press(screen, "ArrowRight")
