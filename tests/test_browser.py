@@ -196,8 +196,10 @@ def test_replay_of_a_shipped_trace_steps_with_the_keyboard(page, server_url):
     page.screenshot(path=str(ARTIFACTS / "browser-replay.png"), full_page=True)
     page.keyboard.press("Home")
     page.wait_for_function("() => document.querySelector('[data-testid=phase-name]').textContent === 'draft'")
+    assert page.inner_text("#phase-detail") == "layer 1"
     page.keyboard.press(" ")
-    page.wait_for_function("() => document.querySelector('[data-testid=phase-name]').textContent !== 'draft'", timeout=10_000)
+    page.wait_for_function("() => document.getElementById('phase-detail').textContent === 'layer 2'", timeout=10_000)
+    page.keyboard.press(" ")
     assert label.inner_text().startswith("step 1 ")
 
 

@@ -80,6 +80,9 @@ def new_page(browser, viewport):
     page = browser.new_page(viewport=viewport, accept_downloads=True)
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
+    # The server's Content-Security-Policy refuses inline styles and scripts: the page must need neither.
+    page.on("console", lambda message: page.errors.append(message.text)
+            if "Content Security Policy" in message.text else None)
     return page
 
 
@@ -107,13 +110,14 @@ def read_runs(name: str) -> list[list[dict]]:
 
 def open_lesson(page, url: str, query: str) -> None:
     page.goto(f"{url}/?{query}")
-    page.wait_for_function("document.querySelector('[data-testid=phase-name]').textContent.length > 0")
+    page.wait_for_function("() => document.querySelector('[data-testid=phase-name]').textContent.length > 0")
     settle(page)
 
 
 def settle(page) -> None:
     """Waits for the draw after a key and for the camera to stop gliding."""
-    page.wait_for_function("document.body.dataset.draw === 'drawn'"
+    # Predicates are functions: a bare expression is evaluated with eval(), which the page's CSP refuses.
+    page.wait_for_function("() => document.body.dataset.draw === 'drawn'"
                            " && document.querySelector('[data-testid=tree-viewport]').dataset.camera === 'still'")
 
 
@@ -162,10 +166,12 @@ def caption_px(page) -> float:
     return page.evaluate("parseFloat(getComputedStyle(document.getElementById('caption-text')).fontSize)")
 
 
-def first_steps_with_drafts(runs: list[list[dict]], count: int) -> list[int]:
-    """1-based indices of the first `count` steps of the first run that verified a drafted tree."""
-    steps = [e for e in runs[0] if e["type"] == "verify"]
-    return [i + 1 for i, e in enumerate(steps) if e["nodes"]][:count] or [1]
+def hardest_steps(runs: list[list[dict]], count: int) -> list[int]:
+    """1-based indices of the steps of the first run whose accepted path is longest (the hardest to keep
+    in view), and the first step."""
+    verifies = [e for e in runs[0] if e["type"] == "verify"]
+    longest = sorted(range(len(verifies)), key=lambda i: -len(verifies[i]["accepted_path"]))[:count - 1]
+    return [i + 1 for i in sorted({0, *longest})]
 
 
 # ---------------------------------------------------------------- the lessons
@@ -178,8 +184,18 @@ def test_every_shipped_trace_is_a_tested_lesson():
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
-def test_stepping_by_phase_changes_the_caption_and_the_phase_name(screen, server_url, lesson):
-    open_lesson(screen, server_url, f"trace={lesson}")
+@pytest.mark.parametrize("mode", ["screen", "projector"])
+def test_stepping_by_phase_changes_the_caption_and_the_phase_name(browser, server_url, lesson, mode):
+    screen = new_page(browser, SCREEN if mode == "screen" else PROJECTOR)
+    try:
+        step_through_phases(screen, server_url, lesson, presenting=mode == "projector")
+    finally:
+        screen.close()
+    assert not screen.errors, screen.errors
+
+
+def step_through_phases(screen, server_url: str, lesson: str, presenting: bool) -> None:
+    open_lesson(screen, server_url, f"trace={lesson}" + ("&present=1" if presenting else ""))
     seen = [phase_state(screen)]
     # Through the first step's phases and into the second step.
     while not seen[-1]["step"].startswith("step 2 ") and len(seen) < 80:
@@ -197,15 +213,18 @@ def test_stepping_by_phase_changes_the_caption_and_the_phase_name(screen, server
         assert (after["name"], after["detail"], after["step"]) != (before["name"], before["detail"], before["step"])
     press(screen, "ArrowLeft")
     assert phase_state(screen) == seen[-2]
-    # Buttons do what the keys do, and say which keys in their tooltips.
-    screen.click("[data-testid=phase-prev]")
-    settle(screen)
-    assert phase_state(screen) == seen[-3]
-    screen.click("[data-testid=phase-next]")
-    settle(screen)
-    assert phase_state(screen) == seen[-2]
-    assert "→" in screen.get_attribute("[data-testid=phase-next]", "title")
-    assert "Space" in screen.get_attribute("[data-testid=play]", "title")
+    if presenting:
+        assert screen.locator(".stage-phase").inner_text().startswith("step "), "the phase shows on the projector too"
+    else:
+        # Buttons do what the keys do, and say which keys in their tooltips.
+        screen.click("[data-testid=phase-prev]")
+        settle(screen)
+        assert phase_state(screen) == seen[-3]
+        screen.click("[data-testid=phase-next]")
+        settle(screen)
+        assert phase_state(screen) == seen[-2]
+        assert "→" in screen.get_attribute("[data-testid=phase-next]", "title")
+        assert "Space" in screen.get_attribute("[data-testid=play]", "title")
     # Shift+arrows move whole steps; Home and End the run.
     step = phase_state(screen)["step"]
     press(screen, "Shift+ArrowRight")
@@ -226,7 +245,7 @@ def test_after_verify_the_accepted_path_is_in_view_and_labels_are_readable(brows
     least = 14 if mode == "screen" else 24
     present = "&present=1" if mode == "projector" else ""
     try:
-        for step in first_steps_with_drafts(read_runs(lesson), 4):
+        for step in hardest_steps(read_runs(lesson), 4):
             for phase in ("verify", "accept-1", "commit"):
                 open_lesson(page, server_url, f"trace={lesson}&step={step}&phase={phase}{present}")
                 state = phase_state(page)
@@ -375,6 +394,36 @@ def test_the_sampling_panel_shows_the_engines_p_q_u_and_residual_draw(screen, se
     assert first == [0.3]
 
 
+def sampled_lessons() -> list[str]:
+    return [name for name in LESSONS if any(run[0]["temperature"] > 0 for run in read_runs(name))]
+
+
+@pytest.mark.parametrize("lesson", sampled_lessons())
+def test_the_sampling_panel_of_a_sampled_lesson_shows_the_residual_draw_its_events_report(screen, server_url, lesson):
+    events = read_runs(lesson)[0]
+    assert events[0]["temperature"] > 0
+    verifies = [e for e in events if e["type"] == "verify"]
+    # The first step whose walk rejected a sampled child and drew from the residual.
+    index, verify = next((i, v) for i, v in enumerate(verifies)
+                         if v["walk"] and any(w["residual_top"] and any(c["rule"] == "sampled" for c in w["checks"])
+                                              for w in v["walk"]))
+    walked = next(k for k, w in enumerate(verify["walk"]) if w["residual_top"]) + 1
+    walk = verify["walk"][walked - 1]
+    open_lesson(screen, server_url, f"trace={lesson}&step={index + 1}&phase=accept-{walked}&view=sampling")
+    bars = screen.eval_on_selector_all("[data-testid=sampling-panel] svg.bars:not(.residual) .bar-row",
+                                       "rows => rows.map(r => [+r.dataset.token, +r.dataset.p, r.dataset.q === '' ? null : +r.dataset.q])")
+    assert bars == [[t["token"], t["p"], t["q"]] for t in walk["top"]]
+    checks = screen.eval_on_selector_all("[data-testid=sampling-panel] tr[data-u]",
+                                         "rows => rows.map(r => [+r.dataset.child, +r.dataset.u, +r.dataset.ratio])")
+    assert checks == [[c["child"], c["u"], c["ratio"]] for c in walk["checks"]]
+    residual = screen.eval_on_selector_all("[data-testid=sampling-panel] svg.bars.residual .bar-row",
+                                           "rows => rows.map(r => [+r.dataset.token, +r.dataset.p])")
+    assert residual == [[t["token"], t["p"]] for t in walk["residual_top"]]
+    assert screen.get_attribute("[data-testid=drawn-token]", "data-token") == str(walk["drawn"]) == str(verify["emitted"]["token"])
+    assert "residual" in screen.inner_text("[data-testid=caption]")
+    screen.screenshot(path=str(ARTIFACTS / f"lecture-{lesson}-sampling.png"), full_page=True)
+
+
 # ---------------------------------------------------------------- export, links, presentation, keys
 
 def test_export_writes_an_svg_with_the_tree_nodes_a_png_and_the_trace(screen, server_url):
@@ -412,7 +461,7 @@ def test_a_link_with_step_and_phase_reopens_there_and_share_keeps_the_trace(brow
     other = new_page(browser, SCREEN)
     try:
         other.goto(link)
-        other.wait_for_function("document.querySelector('[data-testid=phase-name]').textContent.length > 0")
+        other.wait_for_function("() => document.querySelector('[data-testid=phase-name]').textContent.length > 0")
         settle(other)
         assert phase_state(other) == moved
     finally:
@@ -446,7 +495,7 @@ def test_after_choosing_a_trace_the_keys_act_on_the_player(screen, server_url):
     label = screen.eval_on_selector(f"[data-testid=trace] option[data-name='{LESSONS[-1]}']", "o => o.textContent")
     assert "T " in label, "the list says each trace's temperature"
     screen.select_option("[data-testid=trace]", label=label)
-    screen.wait_for_function("document.querySelector('[data-testid=phase-name]').textContent.length > 0")
+    screen.wait_for_function("() => document.querySelector('[data-testid=phase-name]').textContent.length > 0")
     chosen = screen.eval_on_selector("[data-testid=trace]", "s => s.value")
     before = phase_state(screen)
     press(screen, "ArrowRight")
