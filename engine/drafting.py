@@ -2,7 +2,8 @@
 
 This is the one draft loop: the engine calls it every step and the policy
 tests call it with a stub drafter, so what the tests check is what runs.
-Each layer, the drafter proposes children for every frontier node; they are
+Each layer, the drafter proposes children for every frontier node (past a
+policy's model budget, only its free ones: a model-free match's continuation); they are
 pooled (`pool_from`) with their cumulative path scores; the policy keeps or
 prunes each candidate and says which kept ones grow further. The loop ends
 when no kept node is to grow, when the drafter has nothing to offer, or at
@@ -65,8 +66,11 @@ def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefi
     frontier, depth = [0], 0
     while frontier and depth < max_depth:
         depth += 1
-        proposals = drafter.propose(draft.tree, frontier, policy.children_per_node(depth), sample, sampling,
-                                    generator)
+        k = policy.children_per_node(depth)
+        if policy.drafts_from_model(depth):
+            proposals = drafter.propose(draft.tree, frontier, k, sample, sampling, generator)
+        else:
+            proposals = drafter.free_proposals(draft.tree, frontier, k)
         draft.dists.update({p.node: p.q_dist for p in proposals if p.sampled})
         pool = pool_from(draft.tree, proposals, depth, prefix_len)
         if not len(pool):

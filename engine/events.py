@@ -33,7 +33,8 @@ from engine.timing import Timings
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
-Reason = Literal["topk", "threshold", "below_threshold", "budget", "depth_limit", "rerank", "cost"]
+Reason = Literal["topk", "threshold", "below_threshold", "budget", "depth_limit", "rerank", "cost",
+                 "match"]  # match: a model-free match followed past the policy's draft budget (chain past γ)
 Verdict = Literal["accepted", "rejected", "unreached"]
 EmittedKind = Literal["recovered", "bonus"]
 StopReason = Literal["eos", "max_new_tokens", "cancelled"]

@@ -21,6 +21,7 @@ from engine.drafters.draft_lm import DraftLMDrafter
 from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.drafters.suffix import SuffixDrafter
 from engine.embedded import EMBEDDED_NAME, embedded_model_dir
 from engine.engine import SpecEngine
 from engine.errors import LoadError
@@ -30,7 +31,7 @@ from engine.options import EngineOptions
 
 # Which drafter runs when none is asked for: the first one loaded, in this order (chosen by
 # measurement on held-out prompts; see the head's model card).
-DEFAULT_DRAFTERS = ("hybrid", "head", "draft-lm", "prompt-lookup")
+DEFAULT_DRAFTERS = ("hybrid", "head", "draft-lm", "suffix", "prompt-lookup")
 
 
 def load_lm(name_or_path: str, device: torch.device, dtype: torch.dtype, label: str | None = None):
@@ -50,7 +51,7 @@ def load_engine(options: EngineOptions | None = None) -> SpecEngine:
     target_path = str(embedded_model_dir()) if options.target is None else options.target
     target_name = options.target or EMBEDDED_NAME
     target, tokenizer = load_lm(target_path, device, dtype, label=target_name)
-    drafters: dict[str, Callable[[], Drafter]] = {"prompt-lookup": PromptLookupDrafter}
+    drafters: dict[str, Callable[[], Drafter]] = {"suffix": SuffixDrafter, "prompt-lookup": PromptLookupDrafter}
     draft_lm = None
     if options.draft:
         draft_lm, draft_tokenizer = load_lm(options.draft, device, dtype)

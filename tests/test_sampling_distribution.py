@@ -108,3 +108,11 @@ def test_same_seed_same_sample(engine):
     request = GenerationRequest(prompt=PROMPT, policy="talon", temperature=1.0, seed=7, max_new_tokens=8)
     assert engine.run(request, detail=False).tokens == engine.run(request, detail=False).tokens
 
+
+
+@pytest.mark.parametrize("policy", ["chain", "talon"])
+def test_sampling_with_the_suffix_drafter_preserves_target_distribution(engine, policy):
+    """Point-mass children from text matches, followed past γ by chain: still the target's distribution."""
+    sampling = SamplingParams(temperature=1.0)
+    p_value = chi_square_p(sample_outcomes(engine, policy, sampling, drafter="suffix"), exact_joint(engine, sampling))
+    assert p_value > P_FLOOR, f"{policy}: p = {p_value:.2e}"

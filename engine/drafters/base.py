@@ -55,6 +55,11 @@ class Drafter(ABC):
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
         """Up to k children for each frontier node (nodes may get none)."""
 
+    def free_proposals(self, tree: DraftTree, frontier: list[int], k: int) -> list[Proposal]:
+        """Children that cost no model forward and that the drafter vouches for following (the
+        continuation of a text match), for a layer past a policy's model budget; none by default."""
+        return []
+
     @abstractmethod
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
                features: torch.Tensor | None = None) -> None:

@@ -114,6 +114,11 @@ class Policy(ABC):
     def children_per_node(self, depth: int) -> int:
         """How many children the drafter should propose for each frontier node at `depth`."""
 
+    def drafts_from_model(self, depth: int) -> bool:
+        """Whether layer `depth` takes the drafter's ordinary proposals; False: only its free ones
+        (`Drafter.free_proposals`, a model-free match's continuation, which costs no draft forward)."""
+        return True
+
     def sample_children(self, temperature: float) -> bool:
         """Whether children are drawn from the draft distribution rather than taken as its top-k."""
         return False

@@ -72,7 +72,7 @@ class CastParams(PolicyParams):
     c3: float = Field(2.0, ge=0, description="rerank: least marginal tokens per t₁ of verifying more nodes (C3)")
     top_k: int = Field(10, ge=1, le=64, description="children drafted per frontier node (K)")
     max_width: int = Field(32, ge=1, le=256, description="most frontier nodes per layer")
-    max_depth: int = Field(12, ge=1, le=32, description="safety limit on draft layers")
+    max_depth: int = Field(32, ge=1, le=64, description="safety limit on draft layers")
     max_total: int = Field(128, ge=1, le=512, description="most draft nodes sent to verification")
     window: int = Field(4, ge=1, le=64, description="gain ratios φ remembered by the depth rule (R)")
     batch: int = Field(1, ge=1, le=256, description="batch size the costs are read at")
