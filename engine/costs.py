@@ -249,3 +249,32 @@ def costs_note(table: CostTable) -> str | None:
         return None
     return ("costs are assumed, not measured on this machine: cast and talon-adaptive size their trees from "
             "a generic CPU profile; run `specscope profile` to measure this device")
+
+
+FASTEST = "fastest_policy"  # meta key: the policy `specscope bench --record-default` measured fastest here
+FASTEST_EVIDENCE = "fastest_policy_evidence"  # meta key: the speedups, prompts, date and load behind it
+
+
+def record_fastest(table: CostTable, policy: str, evidence: dict[str, Any]) -> None:
+    """Makes `policy` the table's default, with the measurement that chose it."""
+    table.meta[FASTEST] = policy
+    table.meta[FASTEST_EVIDENCE] = evidence
+
+
+def fastest_policy_note(table: CostTable, default: str) -> str:
+    """Why `default` is the default policy, in one sentence for the command line and the page.
+
+    >>> fastest_policy_note(CostTable.assumed(), "talon")
+    'talon: not measured on this device (run `specscope bench --record-default` to choose the fastest)'
+    """
+    policy = table.meta.get(FASTEST)
+    evidence = table.meta.get(FASTEST_EVIDENCE) or {}
+    if policy != default:
+        return f"{default}: not measured on this device (run `specscope bench --record-default` to choose the fastest)"
+    speedups = evidence.get("speedup_vs_ar", {})
+    ranked = ", ".join(f"{name} {speedup:.2f}×" for name, speedup in
+                       sorted(speedups.items(), key=lambda item: -item[1]))
+    where = f" on {evidence['prompts']} prompts from {evidence['source']}" if "prompts" in evidence else ""
+    when = f", {evidence['date']}" if "date" in evidence else ""
+    load = f", load average {evidence['load_average']:.1f}" if evidence.get("load_average") is not None else ""
+    return f"{policy}: measured fastest on this device{where}{when}{load} (speedup vs ar: {ranked})"

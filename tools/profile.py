@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from engine import kvcache
-from engine.costs import CostTable, ModelCosts, saved_table_path
+from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts, saved_table_path
 from engine.device import clock, device_name
 from engine.loading import load_engine
 from engine.options import EngineOptions
@@ -197,6 +197,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="summary of the timed runs; min suits a machine shared with other jobs")
     parser.add_argument("--no-draft", action="store_true", help="measure the target only")
+    parser.add_argument("--pick-default", action="store_true",
+                        help="then run a short interleaved bench (4 held-out prompts × 64 tokens, every policy) and "
+                             "record the fastest as the default policy, as `specscope bench --record-default` does")
 
 
 def command(args: argparse.Namespace, engine: Any | None = None) -> int:
@@ -206,6 +209,7 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     draft = None if args.no_draft else engine.draft_lm
     grid = grid_from_args(args)
     table = profile(engine.target, draft, grid)
+    _keep_recorded_default(engine.costs, table)
     path = table.save(args.out or saved_table_path(table.device, engine.target.name, table.dtype))
     print(f"wrote {path}")
     load = table.meta.get("load_average")
@@ -214,4 +218,27 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
               f"and noisy; re-run on a quiet machine (or with --statistic min)")
     for line in table.summary():
         print("  " + line)
+    if args.pick_default:
+        _pick_default(engine, table, path)
     return 0
+
+
+def _keep_recorded_default(old: CostTable, new: CostTable) -> None:
+    """A re-measured table keeps the default policy a bench recorded in the one it replaces."""
+    for key in (FASTEST, FASTEST_EVIDENCE):
+        if key in old.meta:
+            new.meta[key] = old.meta[key]
+
+
+def _pick_default(engine: Any, table: CostTable, path: Path) -> None:
+    """A short interleaved bench of every policy on the new table; the fastest becomes the default."""
+    from engine.policies import POLICIES
+    from engine.policies.base import PolicyContext
+    from tools.bench import PolicySpec, held_out_prompts, markdown_table, record_default, run_bench
+
+    engine.context = PolicyContext(costs=table)
+    report = run_bench(engine, held_out_prompts(4), [PolicySpec.parse(name) for name in POLICIES], 64)
+    report["source"] = "the shipped prompt set's held-out split"
+    print(markdown_table(report))
+    record_default(engine, report, path)
+    print(f"default policy: {engine.default_policy_note}; recorded in {path}")
