@@ -80,31 +80,37 @@ def children_lists(tree: DraftTree) -> list[list[int]]:
 
 
 def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
-    """target_logits: [T, V]. The longest path of argmax tokens, then the argmax after it."""
-    best = target_logits.argmax(-1).tolist()  # [T]
+    """target_logits: [T, V]. The longest path of argmax tokens, then the argmax after it.
+
+    Only the rows the walk visits are read (an argmax each, then their log-sum-exp for the p's
+    reported): the other nodes' logits are never needed."""
     children = children_lists(tree)
     path, visits = [0], []
     node = 0
     while True:
+        best = int(target_logits[node].argmax())
         visit = Visit(node)
         visits.append(visit)
         match = None
         for child in children[node]:
-            hit = match is None and tree.token[child] == best[node]
+            hit = match is None and tree.token[child] == best
             visit.checks.append(Check(child, tree.token[child], "greedy", 0.0, tree.q[child], float(hit), None, hit))
             match = child if hit else match
         if match is None:
             break
         path.append(match)
         node = match
-    visits[-1].drawn = best[node]
+    visits[-1].drawn = best
     kind = "recovered" if children[node] else "bonus"
-    probs = torch.softmax(target_logits[path].double(), dim=-1)  # [A, V]: only the rows the walk read
-    for row, visit in enumerate(visits):
-        for check in visit.checks:
-            check.p = probs[row, check.token].item()
+    rows = target_logits[path].double()  # [A, V]: only the rows the walk read
+    lse = torch.logsumexp(rows, dim=-1)  # [A]
+    wanted = [(row, check.token) for row, visit in enumerate(visits) for check in visit.checks] + [(len(path) - 1, best)]
+    picked = rows[[r for r, _ in wanted], [t for _, t in wanted]] - lse[[r for r, _ in wanted]]
+    p = picked.exp().tolist()
+    for check, value in zip((check for visit in visits for check in visit.checks), p):
+        check.p = value
     p_of_node = {check.child: check.p for visit in visits for check in visit.checks}
-    return Acceptance(path, best[node], kind, probs[-1, best[node]].item(), visits, p_of_node)
+    return Acceptance(path, best, kind, p[-1], visits, p_of_node)
 
 
 def accept_sampled(tree: DraftTree, target_probs: torch.Tensor, draft_dists: dict[int, torch.Tensor],

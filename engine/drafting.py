@@ -48,13 +48,13 @@ def pool_from(tree: DraftTree, proposals: list[Proposal], depth: int, prefix_len
     """
     pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], prefix_len=prefix_len)
     for proposal in proposals:
-        for token, q in zip(proposal.token, proposal.q):
-            pool.parent.append(proposal.node)
-            pool.token.append(token)
-            pool.q.append(q)
-            pool.score.append(tree.score[proposal.node] * q)
-            pool.source.append(proposal.source)
-            pool.sampled.append(proposal.sampled)
+        n, above = len(proposal.token), tree.score[proposal.node]
+        pool.parent += [proposal.node] * n
+        pool.token += proposal.token
+        pool.q += proposal.q
+        pool.score += [above * q for q in proposal.q]
+        pool.source += [proposal.source] * n
+        pool.sampled += [proposal.sampled] * n
     return pool
 
 
