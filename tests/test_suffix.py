@@ -124,7 +124,7 @@ def test_commit_extends_the_index_and_learns_trust_by_match_length():
 
 def test_trust_falls_when_matches_of_a_length_are_rejected():
     trust = TrustByLength()
-    for _ in range(10):
+    for _ in range(20):
         trust.record(20, accepted=False)
     assert trust(20) < trust(1) == PRIOR_TRUST[0]
     assert trust.bucket(1) == 0 and trust.bucket(3) == 1 and trust.bucket(16) == 4 and trust.bucket(500) == 5
