@@ -102,7 +102,7 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
         node = match
     visits[-1].drawn = best
     kind = "recovered" if children[node] else "bonus"
-    rows = target_logits[path].double()  # [A, V]: only the rows the walk read
+    rows = target_logits[path]  # [A, V]: only the rows the walk read
     lse = torch.logsumexp(rows, dim=-1)  # [A]
     wanted = [(row, check.token) for row, visit in enumerate(visits) for check in visit.checks] + [(len(path) - 1, best)]
     picked = rows[[r for r, _ in wanted], [t for _, t in wanted]] - lse[[r for r, _ in wanted]]

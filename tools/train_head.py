@@ -78,7 +78,8 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     torch.manual_seed(options.seed)
     layers = default_feature_layers(model.config.num_hidden_layers)
     prompts, mix = prompt_rows(model, tokenizer, options, eos_ids, pad_id, log)
-    train_rows = [r for r in prompts + mix if not is_held_out(r["id"], options.held_out)]
+    # The mix first: a token budget (--max-tokens, --gen-minutes) is spent on the varied prompts before the templated.
+    train_rows = [r for r in mix + prompts if not is_held_out(r["id"], options.held_out)]
     deadline = time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0  # all generation shares it
     gen_plan = GenerationPlan(
         prompts=train_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
