@@ -191,8 +191,10 @@ class Writer:
         self.tokens = 0
         self.seconds = 0.0
 
-    def write(self, inputs: list[list[int]], max_new_tokens: int, temperature: float) -> list[str | None]:
-        """The completion of every input (None where it hit the length limit before EOS)."""
+    def write(self, inputs: list[list[int]], max_new_tokens: int, temperature: float,
+              whole: bool = True) -> list[str | None]:
+        """The completion of every input. Where it hit the length limit before EOS: None, or with `whole`
+        off the text up to its last finished sentence (a passage or an answer is still one when cut)."""
         texts: list[str | None] = []
         for start in range(0, len(inputs), self.batch_size):
             batch = inputs[start:start + self.batch_size]
@@ -205,12 +207,23 @@ class Writer:
                 response = sample.ids[sample.prompt_len:].tolist()
                 self.tokens += len(response)
                 finished = bool(response) and response[-1] in self.eos_ids
-                texts.append(self.tokenizer.decode(response, skip_special_tokens=True).strip() if finished else None)
+                text = self.tokenizer.decode(response, skip_special_tokens=True).strip()
+                texts.append(text if finished else None if whole else _last_sentence_end(text))
         return texts
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def _last_sentence_end(text: str) -> str | None:
+    """The text up to its last full stop, question or exclamation mark; None if it has none.
+
+    >>> _last_sentence_end("One. Two! Thr")
+    'One. Two!'
+    """
+    cut = max(text.rfind(mark) for mark in ".!?")
+    return text[:cut + 1] if cut > 0 else None
 
 
 def build_mix(writer: Writer, count: int, work: Path, seed: int = 0) -> list[dict]:
@@ -255,7 +268,7 @@ def _self_written(writer: Writer, count: int, rng: random.Random) -> list[str]:
         if len(out) >= count:
             break
         need = int((count - len(out)) * 1.3) + 4
-        for text in writer.write([writer_input(writer.tokenizer, rng) for _ in range(need)], 96, 1.0):
+        for text in writer.write([writer_input(writer.tokenizer, rng) for _ in range(need)], 96, 0.8):
             request = clean_request(text) if text else None
             if request and request not in seen and len(out) < count:
                 seen.add(request)
@@ -271,7 +284,7 @@ def _copy_tasks(writer: Writer, count: int, rng: random.Random) -> list[dict]:
         asks.append(f"Write a {rng.choice(PASSAGE_GENRES)} of about {words} words about {rng.choice(TOPICS)}. "
                     "Give names, places and numbers.")
     inputs = [_chat(writer.tokenizer, [{"role": "user", "content": a}]) for a in asks]
-    passages = writer.write(inputs, 320, 0.7)
+    passages = writer.write(inputs, 320, 0.7, whole=False)
     return [{"kind": "copy", "prompt": f"{rng.choice(COPY_TASKS)}\n\n{p}"} for p in passages
             if p and len(p) >= 200]
 
@@ -279,7 +292,7 @@ def _copy_tasks(writer: Writer, count: int, rng: random.Random) -> list[dict]:
 def _conversations(writer: Writer, requests: list[str], rng: random.Random) -> list[dict]:
     """A request, the target's greedy answer, and a follow-up: generic, or written by the target as the user."""
     inputs = [_chat(writer.tokenizer, [{"role": "user", "content": r}]) for r in requests]
-    answers = writer.write(inputs, 192, 0.0)
+    answers = writer.write(inputs, 192, 0.0, whole=False)
     chats = [[{"role": "user", "content": r}, {"role": "assistant", "content": a}]
              for r, a in zip(requests, answers) if a]
     own = [c for c in chats if rng.random() < 0.5]
