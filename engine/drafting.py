@@ -2,7 +2,8 @@
 
 This is the one draft loop: the engine calls it every step and the policy
 tests call it with a stub drafter, so what the tests check is what runs.
-Each layer, the drafter proposes children for every frontier node; they are
+Each layer, the drafter proposes for every frontier node as many children as
+the policy asks for, given the tree so far (`children_per_node`); they are
 pooled (`pool_from`) with their cumulative path scores; the policy keeps or
 prunes each candidate and says which kept ones grow further. The loop ends
 when no kept node is to grow, when the drafter has nothing to offer, or at
@@ -65,13 +66,15 @@ def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefi
     frontier, depth = [0], 0
     while frontier and depth < max_depth:
         depth += 1
-        proposals = drafter.propose(draft.tree, frontier, policy.children_per_node(depth), sample, sampling,
-                                    generator)
+        proposals = drafter.propose(draft.tree, frontier, policy.children_per_node(draft.tree, depth), sample,
+                                    sampling, generator)
         draft.dists.update({p.node: p.q_dist for p in proposals if p.sampled})
         pool = pool_from(draft.tree, proposals, depth, prefix_len)
         if not len(pool):
             break
         selection = policy.select_layer(draft.tree, pool)
+        assert all(d.kept for d, sampled in zip(selection.decisions, pool.sampled) if sampled), \
+            f"{policy.name} pruned a sampled candidate: sampled siblings are lossless only if all are verified"
         frontier = _add_layer(draft, pool, selection)
     return draft
 

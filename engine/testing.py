@@ -83,6 +83,7 @@ def tiny_engine(seed: int = 0, dtype: torch.dtype = torch.float32, vocab_size: i
 class StubDrafter(Drafter):
     """Proposes, for every frontier node, children whose draft probabilities `qs_of(node, k)` returns (best
     first), with token ids `token_of(node, rank)`: a policy's decisions on chosen distributions, no model.
+    Each call counts as one draft forward in its `meter`, as a model drafter's layer does (δ).
 
     >>> from engine.drafting import grow_tree
     >>> from engine.policies import make_policy
@@ -105,6 +106,7 @@ class StubDrafter(Drafter):
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool = False,
                 sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None
                 ) -> list[Proposal]:
+        self.meter.forwards += 1  # one draft forward per layer, as a model drafter's
         proposals = []
         for node in frontier:
             qs = self.qs_of(node, k)[:k]

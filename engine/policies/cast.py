@@ -171,7 +171,7 @@ class CastPolicy(Policy):
         """A node's utility: its calibrated chance of being accepted."""
         return min(1.0, self.kappa * score)
 
-    def children_per_node(self, depth: int) -> int:
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return self.params.top_k
 
     def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:

@@ -21,7 +21,7 @@ class ChainPolicy(Policy):
     name = "chain"
     Params = ChainParams
 
-    def children_per_node(self, depth: int) -> int:
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return 1
 
     def sample_children(self, temperature: float) -> bool:

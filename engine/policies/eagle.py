@@ -24,7 +24,7 @@ class EaglePolicy(Policy):
     name = "eagle"
     Params = EagleParams
 
-    def children_per_node(self, depth: int) -> int:
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return self.params.top_k
 
     def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
