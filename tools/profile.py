@@ -3,6 +3,11 @@
 For every batch size B, context length (multiples of a step L) and number of
 new tokens n, the model runs one forward of B×n tokens on a cache that
 already holds the context, under the same 4-D float mask a tree verify uses.
+n takes every value from 1 to a limit (64 on a CPU, 128 on a GPU), as CAST's
+table does: a GPU's cost is a staircase in n that no sparse grid can show, and
+lookups between measured n round up rather than interpolate (engine/costs.py).
+`--ns` measures a chosen grid instead (dense where the costs step); the table
+says which it holds.
 Each cell gets warm-up runs, then the median of repeated timed runs
 (synchronised on GPU). The table is saved under a key of device, model and
 dtype (default `~/.cache/specscope/costs/<key>.json`), where `load_engine`
@@ -28,7 +33,7 @@ from engine.loading import load_engine
 from engine.options import EngineOptions
 from engine.tree import attention_bias, tree_attention_allowed
 
-DEFAULT_NS = (1, 2, 4, 8, 16, 32, 64, 96, 128)
+N_MAX_CPU, N_MAX_GPU = 64, 128  # every n up to this is measured by default
 DEFAULT_CONTEXTS = (128, 512, 1024)
 DEFAULT_BATCHES = (1, 2, 4)
 
@@ -37,7 +42,7 @@ DEFAULT_BATCHES = (1, 2, 4)
 class Grid:
     """What to measure: every (batch, context, n) cell, `repeats` timed runs after `warmup`."""
 
-    ns: tuple[int, ...] = DEFAULT_NS
+    ns: tuple[int, ...] = tuple(range(1, N_MAX_CPU + 1))
     contexts: tuple[int, ...] = DEFAULT_CONTEXTS
     batches: tuple[int, ...] = DEFAULT_BATCHES
     context_step: int = 128
@@ -176,19 +181,24 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
-def grid_from_args(args: argparse.Namespace) -> Grid:
-    """The grid the CLI asked for; contexts rounded up to multiples of the step L."""
+def grid_from_args(args: argparse.Namespace, device_type: str = "cpu") -> Grid:
+    """The grid the CLI asked for: every n up to --n-max (by default 64 on a CPU, 128 on a GPU) or the --ns
+    given, capped at --n-max; contexts rounded up to multiples of the step L."""
     step = args.context_step
     contexts = tuple(sorted({-(-c // step) * step for c in args.contexts}))
-    ns = tuple(n for n in args.ns if n <= args.n_max) or (1,)
+    n_max = args.n_max or (N_MAX_CPU if device_type == "cpu" else N_MAX_GPU)
+    ns = tuple(n for n in args.ns if n <= n_max) if args.ns else tuple(range(1, n_max + 1))
+    ns = ns or (1,)
     return Grid(ns=ns, contexts=contexts, batches=args.batches, context_step=step,
                 repeats=args.repeats, warmup=args.warmup, statistic=args.statistic)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="table path (default: the user cache, keyed)")
-    parser.add_argument("--ns", type=_int_list, default=DEFAULT_NS, help="new tokens per forward, e.g. 1,2,4,8")
-    parser.add_argument("--n-max", type=int, default=max(DEFAULT_NS), help="drop ns above this")
+    parser.add_argument("--ns", type=_int_list, default=None,
+                        help="measure only these new-token counts, e.g. 1,2,…,16,24,32 (default: every n up to --n-max)")
+    parser.add_argument("--n-max", type=int, default=None,
+                        help=f"every n up to this is measured (default {N_MAX_CPU} on a CPU, {N_MAX_GPU} on a GPU)")
     parser.add_argument("--contexts", type=_int_list, default=DEFAULT_CONTEXTS, help="cached tokens, e.g. 128,512")
     parser.add_argument("--context-step", type=int, default=128, help="contexts are multiples of this step (L)")
     parser.add_argument("--batches", type=_int_list, default=DEFAULT_BATCHES, help="batch sizes, e.g. 1,2,4")
@@ -204,7 +214,7 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     if engine is None:
         engine = load_engine(EngineOptions.from_args(args))
     draft = None if args.no_draft else engine.draft_lm
-    grid = grid_from_args(args)
+    grid = grid_from_args(args, engine.target.device.type)
     table = profile(engine.target, draft, grid)
     path = table.save(args.out or saved_table_path(table.device, engine.target.name, table.dtype))
     print(f"wrote {path}")
