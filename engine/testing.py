@@ -7,6 +7,7 @@ import copy
 from typing import Callable
 
 import torch
+from pydantic import Field
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.codec import ByteCodec, Codec
@@ -15,6 +16,7 @@ from engine.drafters.draft_lm import DraftLMDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.engine import SpecEngine
 from engine.lm import CachedLM
+from engine.policies.base import Decision, LayerSelection, Policy, PolicyParams, Pool
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
 
@@ -117,3 +119,32 @@ class StubDrafter(Drafter):
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
                features: torch.Tensor | None = None) -> None:
         pass
+
+
+class SampledTreeParams(PolicyParams):
+    width: int = Field(2, ge=1, le=64, description="children drawn for every node")
+    depth: int = Field(2, ge=1, le=32, description="draft layers")
+
+
+class SampledTreePolicy(Policy):
+    """A full tree of `width` children per node, `depth` layers deep, drawn from q at temperature > 0: several
+    sampled siblings per node, for the distribution tests (register it with `monkeypatch.setitem(POLICIES, …)`).
+
+    No policy of the papers samples more than one child per node: chain samples one, and EAGLE's rerank and
+    TALON's gate choose among children by their path scores, which for drawn children would condition the
+    draw and bias the output (Policy.sample_children). This one keeps every child it is given.
+    """
+
+    name = "sampled-tree"
+    Params = SampledTreeParams
+
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
+        return self.params.width
+
+    def sample_children(self, temperature: float) -> bool:
+        return temperature > 0
+
+    def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
+        grow = pool.depth < self.params.depth
+        reason = "topk" if grow else "depth_limit"
+        return LayerSelection(decisions=[Decision(kept=True, expanded=grow, reason=reason) for _ in range(len(pool))])
