@@ -115,6 +115,16 @@ def test_eagle_expands_the_top_k_by_path_score_and_reranks_to_m():
     assert all(d.reason == "rerank" for d in rerank.pruned.values())
 
 
+def test_eagle_at_the_eagle3_setting_talon_reports_drafts_nine_layers_in_nine_forwards():
+    """TALON's EAGLE-3 baseline: D = 8 in EAGLE's count, K = 10, δ = D + 1 = 9; here `depth=9`."""
+    policy = make_policy("eagle", {"depth": 9})
+    drafter = StubDrafter(random_qs(4))
+    draft = grow_tree(policy, drafter, root=0, max_depth=40)
+    assert drafter.meter.forwards == draft.tree.max_depth == 9
+    assert len(draft.tree) - 1 == 10 + 8 * 100, "K children for each of K frontier nodes on every layer past the first"
+    assert len(policy.finalize(draft.tree).keep) == 61
+
+
 def test_rerank_keeps_ancestor_closure_under_ties():
     tree = DraftTree.with_root(0)
     a = tree.add(0, 1, 0.5, 0.5)
