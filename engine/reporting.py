@@ -41,6 +41,11 @@ class VerifiedStep:
     target_probs: Callable[[int], torch.Tensor]  # node -> [V] the target's distribution there, as acceptance read it
     draft_dists: dict[int, torch.Tensor]  # node -> [V] q its sampled children were drawn from
 
+    @property
+    def accepted_kept(self) -> int:
+        """Accepted drafts among the kept tokens (a cut at EOS or max-new-tokens may drop some)."""
+        return min(len(self.accepted.path) - 1, len(self.kept))
+
 
 class RunReporter:
     def __init__(self, emit: Emit, detail: bool, codec: Codec, run_id: str, policy: str):
@@ -85,8 +90,7 @@ class RunReporter:
         text = self.codec.decode(result.generated)
         text = text if final else text.rstrip("\ufffd")
         delta, self._text = text[len(self._text):], text
-        accepted = min(len(result.accepted.path) - 1, len(result.kept))
-        self.emit(TextDelta(**header, tokens=result.kept, text=delta, accepted=accepted))
+        self.emit(TextDelta(**header, tokens=result.kept, text=delta, accepted=result.accepted_kept))
 
     def step_done(self, result: VerifiedStep, draft_forwards: int, times: Timings,
                   adjustments: list[Adjustment]) -> None:
@@ -98,8 +102,7 @@ class RunReporter:
         self.draft_forwards += draft_forwards
         self.totals = self.totals + times
         tree = result.tree
-        self.emit(StepMetrics(**header, **times.model_dump(), accepted=min(len(result.accepted.path) - 1,
-                                                                           len(result.kept)),
+        self.emit(StepMetrics(**header, **times.model_dump(), accepted=result.accepted_kept,
                               emitted=len(result.kept), tree_size=len(tree) - 1, depth=tree.max_depth,
                               width=layer_width(tree), draft_forwards=draft_forwards,
                               new_tokens=len(result.generated)))
