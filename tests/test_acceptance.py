@@ -72,6 +72,21 @@ def test_residual_is_the_normalised_positive_part_of_p_minus_q():
     assert torch.equal(_residual(p, p), p), "p = q leaves nothing to reject; the rule keeps p"
 
 
+def test_draws_without_replacement_come_in_the_order_of_a_sequential_draw():
+    """P(first = i, second = j) = q_i · q_j / (1 − q_i): the first from q, the second from q without the first."""
+    q = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)
+    generator = torch.Generator().manual_seed(1)
+    trials = 12_000
+    counts = {}
+    for _ in range(trials):
+        pair = tuple(draw_without_replacement(q, 2, generator))
+        counts[pair] = counts.get(pair, 0) + 1
+    pairs = [(i, j) for i in range(3) for j in range(3) if i != j]
+    expected = [trials * q[i].item() * q[j].item() / (1 - q[i].item()) for i, j in pairs]
+    assert set(counts) <= set(pairs)
+    assert chisquare([counts.get(pair, 0) for pair in pairs], expected).pvalue > 1e-3
+
+
 def first_token_frequency(p: list[float], q: list[float], children: int, trials: int, seed: int = 0) -> list[float]:
     """How often each token is emitted at the root when `children` siblings are drawn from q as the drafters
     draw them (without replacement, in draw order) and walked by accept_sampled."""
