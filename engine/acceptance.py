@@ -12,10 +12,11 @@ norm(max(0, p − r)) and the next child is tried against it:
   replacement, and tried in draw order: the i-th draw comes from q with the
   earlier draws removed and renormalised, r_i = q_i, so after each rejection
   the residual is norm(max(0, p − q_i)) and q_{i+1} is q_i without the rejected
-  token. (This is the rule of Recursive Speculative Decoding, Jeon et al. 2024, for
-  draws without replacement; SpecInfer's multi-draft rule is the same walk for i.i.d.
-  draws, r_i = q.) Deterministic children are tried first, best q first; the
-  order among them is free, since a point mass does not depend on the others.
+  token. (This is the rule of Recursive Speculative Decoding, Jeon et al.
+  2024, for draws without replacement; SpecInfer's multi-draft rule is the
+  same walk for i.i.d. draws, r_i = q.) Deterministic children are tried
+  first, best q first; the order among them is free, since a point mass does
+  not depend on the others.
 
 Why the token emitted at v is distributed exactly as p_v, for any number of
 children: say the walk reaches a child with p in force and the child's draft
