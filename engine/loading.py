@@ -16,7 +16,7 @@ from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.embedded import EMBEDDED_NAME, embedded_model_dir
 from engine.engine import SpecEngine
 from engine.head import resolve_head_dir, shipped_head_dir
-from engine.lm import CachedLM
+from engine.fastlm import causal_lm
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -64,12 +64,13 @@ def pick_dtype(device: torch.device, requested: str | None = None) -> torch.dtyp
 
 
 def load_lm(name_or_path: str, device: torch.device, dtype: torch.dtype, label: str | None = None):
-    """A CachedLM and its tokenizer from a hub id or a local folder."""
+    """A cached LM (the lean forward where it supports the model) and its tokenizer from a hub id or a
+    local folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype).to(device)
-    return CachedLM(model, name=label or str(name_or_path)), tokenizer
+    return causal_lm(model, name=label or str(name_or_path)), tokenizer
 
 
 def load_engine(target: str | None = None, draft: str | None = None, head: str | None = None,
