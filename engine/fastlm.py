@@ -168,7 +168,7 @@ class FastLM:
         end = start + n
         self._grow(end)
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [N, H]
-        cos, sin = self.cos[positions], self.sin_signed[positions]  # [N, d]
+        cos, sin = self.cos[positions][:, None], self.sin_signed[positions][:, None]  # [N, 1, d]
         attend = self._mask(masked, n, start)
         features = {}
         for i, layer in enumerate(self.layers):
@@ -251,8 +251,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
-    """x [N, heads, d] -> x·cos + rotate_half(x)·sin, rotate_half's sign living in `sin_signed` [N, d]."""
-    return x * cos[:, None] + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed[:, None]
+    """x [N, heads, d] -> x·cos + rotate_half(x)·sin, rotate_half's sign living in `sin_signed` [N, 1, d]."""
+    n, heads, d = x.shape
+    swapped = x.reshape(n, heads, 2, d // 2).flip(2).view(n, heads, d)  # halves swapped: one kernel
+    return x * cos + swapped * sin_signed
 
 
 _said: set[str] = set()

@@ -25,6 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.costs import CostTable, ModelCosts, table_key
+from engine.floors import Floors, measure_floors, model_floors
 from engine.tree import attention_bias, tree_attention_allowed
 
 DEFAULT_NS = (1, 2, 4, 8, 16, 32, 64, 96, 128)
@@ -111,7 +112,7 @@ def _chain_inputs(n: int, context: int, batch: int, vocab: int, dtype: torch.dty
 
 
 def time_forward(model: torch.nn.Module, cache: DynamicCache, n: int, context: int, batch: int) -> float:
-    """ms of one forward of n new tokens per row on a cache of `context` positions (left as it was)."""
+    """ms of one Hugging Face forward of n new tokens per row on a cache of `context` positions (left as it was)."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     ids, positions, mask = _chain_inputs(n, context, batch, int(model.config.vocab_size), dtype, device)
@@ -126,9 +127,31 @@ def time_forward(model: torch.nn.Module, cache: DynamicCache, n: int, context: i
     return elapsed
 
 
-def measure_row(model: torch.nn.Module, cache: DynamicCache, ns: tuple[int, ...], context: int, batch: int,
-                repeats: int, warmup: int, tick: Callable[[str], None], statistic: str = "median") -> list[float]:
-    """Median (or minimum) ms for every n at one (batch, context).
+def lm_timer(lm: Any, context: int) -> Callable[[int], float]:
+    """Times the LM's own verify forward (the lean one where the engine runs it): an n-token chain given
+    as a tree, the shape of call and mask a verify makes, on `context` cached random tokens."""
+    vocab = int(lm.config.vocab_size)
+    lm.reset()
+    lm.forward_chain(torch.randint(0, vocab, (context,)).tolist())
+
+    def time_n(n: int) -> float:
+        tokens = torch.randint(0, vocab, (n,)).tolist()
+        allowed = tree_attention_allowed([-1] + list(range(n - 1)), prefix_len=context)  # [n, C + n]
+        positions = torch.arange(context, context + n)
+        _synchronize(lm.device)
+        start = time.perf_counter()
+        lm.forward_tree(tokens, positions, allowed)
+        _synchronize(lm.device)
+        elapsed = (time.perf_counter() - start) * 1000
+        lm.crop(context)
+        return elapsed
+
+    return time_n
+
+
+def measure_row(time_n: Callable[[int], float], ns: tuple[int, ...], repeats: int, warmup: int,
+                tick: Callable[[str], None], label: str, statistic: str = "median") -> list[float]:
+    """Median (or minimum) ms for every n, `time_n(n)` timing one forward.
 
     Repeats are the outer loop: on a shared machine a burst of load then lands on one run of
     many n, which the median discards, rather than on every run of one n.
@@ -136,59 +159,85 @@ def measure_row(model: torch.nn.Module, cache: DynamicCache, ns: tuple[int, ...]
     times: dict[int, list[float]] = {n: [] for n in ns}
     for run in range(warmup + repeats):
         for n in ns:
-            elapsed = time_forward(model, cache, n, context, batch)
+            elapsed = time_n(n)
             if run >= warmup:
                 times[n].append(elapsed)
             if run == warmup + repeats - 1:
-                tick(f"B={batch} ctx={context} n={n}")
+                tick(f"{label} n={n}")
     summarise = min if statistic == "min" else statistics.median
     return [summarise(times[n]) for n in ns]
 
 
-def measure_model(model: torch.nn.Module, grid: Grid, tick: Callable[[str], None] = lambda _: None
-                  ) -> list[list[list[float]]]:
-    """ms[b][c][k] over grid.batches × grid.contexts × grid.ns."""
+def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: None) -> list[list[list[float]]]:
+    """ms[b][c][k] over grid.batches × grid.contexts × grid.ns.
+
+    Batch 1 runs through the LM itself (`lm_timer`), as the engine verifies; the engine never batches
+    sequences, so the rows of B > 1 (what CAST reads for a batched what-if) time Hugging Face's own
+    batched forward on the same weights. A bare model is timed through Hugging Face's forward throughout.
+    """
+    model = lm if isinstance(lm, torch.nn.Module) else lm.model
     device = next(model.parameters()).device
     table = []
     for batch in grid.batches:
         rows = []
         for context in grid.contexts:
-            cache = _filled_cache(model, context, batch, device)
-            rows.append(measure_row(model, cache, grid.ns, context, batch, grid.repeats, grid.warmup, tick,
+            if batch == 1 and not isinstance(lm, torch.nn.Module):
+                time_n = lm_timer(lm, context)
+            else:
+                cache = _filled_cache(model, context, batch, device)
+                time_n = lambda n, cache=cache, context=context, batch=batch: time_forward(model, cache, n, context,
+                                                                                         batch)
+            rows.append(measure_row(time_n, grid.ns, grid.repeats, grid.warmup, tick, f"B={batch} ctx={context}",
                                     grid.statistic))
+        if not isinstance(lm, torch.nn.Module):
+            lm.reset()
         table.append(rows)
     return table
 
 
 def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress: bool = True,
-            device_label: str | None = None) -> CostTable:
+            device_label: str | None = None, floors: bool = True) -> CostTable:
     """Measures the target (and the draft, when it is a model) and returns their cost table.
 
-    `target` and `draft` are CachedLMs (anything with `.model` and `.name`) or bare models.
+    `target` and `draft` are cached LMs (anything with `.model`, `.name` and the forward methods) or bare
+    models. With `floors`, the table's meta also holds each model's memory and compute floors
+    (engine/floors.py), measured on this device.
     """
     from tqdm import tqdm
 
-    target_model, target_name = _model_and_name(target)
-    models = [(target_model, target_name)]
-    if draft is not None:
-        models.append(_model_and_name(draft))
-    bar = tqdm(total=grid.cells * len(models), desc="profile", unit="cell", disable=not progress)
+    lms = [target] + ([draft] if draft is not None else [])
+    bar = tqdm(total=grid.cells * len(lms), desc="profile", unit="cell", disable=not progress)
     measured = []
-    for model, name in models:
+    for lm in lms:
+        name = _model_and_name(lm)[1]
+
         def tick(label: str, name: str = name) -> None:
             bar.set_postfix_str(f"{name} {label}")
             bar.update()
-        measured.append(ModelCosts(name=name, ms=measure_model(model, grid, tick)))
+        measured.append(ModelCosts(name=name, ms=measure_model(lm, grid, tick)))
     bar.close()
+    target_model = _model_and_name(target)[0]
     param = next(target_model.parameters())
+    meta = {"repeats": grid.repeats, "warmup": grid.warmup, "statistic": grid.statistic,
+            "threads": torch.get_num_threads(), "load_average": _load_average(), "forward": _forward_kind(target),
+            "torch": torch.__version__, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if floors:
+        rates = measure_floors(target_model)
+        meta["floors"] = {"target": rates.to_json()}
+        if draft is not None:
+            meta["floors"]["draft"] = model_floors(_model_and_name(draft)[0], rates.read_gb_s,
+                                                   rates.gemm_gflops).to_json()
     return CostTable(
         device=device_label or device_name(param.device), dtype=str(param.dtype).replace("torch.", ""),
         batches=list(grid.batches), contexts=list(grid.contexts), ns=list(grid.ns),
         target=measured[0], draft=measured[1] if draft is not None else None, context_step=grid.context_step,
-        meta={"repeats": grid.repeats, "warmup": grid.warmup, "statistic": grid.statistic,
-              "threads": torch.get_num_threads(), "load_average": _load_average(),
-              "torch": torch.__version__, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        meta=meta,
     )
+
+
+def _forward_kind(lm: Any) -> str:
+    """Which forward batch 1 was timed through: "lean" (engine/fastlm.py) or "plain" (Hugging Face's)."""
+    return "lean" if type(lm).__name__ == "FastLM" else "plain"
 
 
 def _load_average() -> float | None:
@@ -303,7 +352,30 @@ def profile_command(args: argparse.Namespace, engine: Any | None = None) -> int:
               f"and noisy; re-run on a quiet machine (or with --statistic min)")
     for line in table.summary():
         print("  " + line)
+    for line in floor_lines(table):
+        print("  " + line)
     return 0
+
+
+def floor_lines(table: CostTable, model: str = "target") -> list[str]:
+    """The measured batch-1 times beside the memory and compute floors the table's meta holds
+    (nothing for a table measured before floors were recorded)."""
+    data = table.meta.get("floors", {}).get(model)
+    if not data:
+        return []
+    floors = Floors.from_json(data)
+    costs = table.target if model == "target" else table.draft
+    lines = [f"{model} floors on this device ({table.meta.get('forward', 'plain')} forward): weights "
+             f"{floors.weight_bytes / 1e6:.1f} MB read at {floors.read_gb_s:.1f} GB/s = "
+             f"{floors.memory_ms(0, 0):.2f} ms; {table.dtype} GEMM {floors.gemm_gflops:.0f} GFLOP/s",
+             f"{'ctx':>6} {'n':>4} {'measured':>10} {'memory floor':>13} {'compute floor':>14} "
+             f"{'×memory':>8} {'×compute':>9}"]
+    for c, context in enumerate(table.contexts):
+        for n, ms in zip(table.ns, costs.ms[table.batches.index(1)][c] if 1 in table.batches else []):
+            memory, compute = floors.memory_ms(n, context), floors.compute_ms(n, context)
+            lines.append(f"{context:>6} {n:>4} {ms:>7.2f} ms {memory:>10.2f} ms {compute:>11.2f} ms "
+                         f"{ms / memory:>7.2f}× {ms / compute:>8.2f}×")
+    return lines
 
 
 def _load_engine(args: argparse.Namespace) -> Any:

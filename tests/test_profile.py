@@ -10,7 +10,9 @@ import torch
 
 from engine.costs import CostTable
 from engine.lm import CachedLM
-from engine.profile import CostTableMissing, Grid, grid_from_args, load_cost_table, profile, register_cli
+from engine.fastlm import causal_lm
+from engine.profile import (CostTableMissing, Grid, floor_lines, grid_from_args, load_cost_table, profile,
+                            register_cli)
 from engine.testing import tiny_llama
 
 SMALL = Grid(ns=(1, 8, 64, 256), contexts=(32, 64), batches=(1, 2), repeats=3, warmup=1)
@@ -118,3 +120,21 @@ def test_load_cost_table_adds_a_missing_draft_without_remeasuring_the_target(tmp
     table = load_cost_table(engine, path=path, grid=grid)
     assert table.draft.name == "tiny-draft" and table.target.ms == saved.target.ms
     assert CostTable.load(path).draft.name == "tiny-draft"
+
+
+def test_profiling_a_lean_lm_times_its_own_forward_and_records_the_floors():
+    lean = causal_lm(tiny_llama(0, hidden=128, layers=2), name="tiny-lean")
+    grid = Grid(ns=(1, 4), contexts=(32,), batches=(1, 2), repeats=1, warmup=0)
+    table = profile(lean, None, grid, progress=False)
+    assert table.meta["forward"] == "lean"
+    floors = table.meta["floors"]["target"]
+    assert floors["read_gb_s"] > 0 and floors["gemm_gflops"] > 0
+    lines = floor_lines(table)
+    assert "memory floor" in lines[1] and "×compute" in lines[1]
+    assert len(lines) == 2 + len(grid.ns)  # one row per n at batch 1
+    assert all("×" in line for line in lines[2:])
+    assert lean.cache_len == 0  # left empty: the engine's next run starts from its own prompt
+
+
+def test_a_table_saved_before_floors_prints_no_floor_lines():
+    assert floor_lines(CostTable.linear(lam=1.0, delta=9.0)) == []
