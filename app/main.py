@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -14,18 +14,18 @@ from app.line import RunLine
 from app.pages import router as pages_router
 from app.settings import ServerSettings
 from app.ws import router as ws_router
+from engine.interface import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC_DIR = ROOT / "static"
 
-EngineFactory = Callable[[ServerSettings], Any]
+EngineFactory = Callable[[ServerSettings], Engine]
 
 
-def load_configured_engine(settings: ServerSettings) -> Any:
-    from engine.loading import load_engine
+def load_configured_engine(settings: ServerSettings) -> Engine:
+    from engine.loading import load_engine  # imported late: a replay-only server needs no model code
 
-    return load_engine(target=settings.target, draft=settings.draft, head=settings.head,
-                       drafter=settings.drafter, dtype=settings.dtype, device=settings.device)
+    return load_engine(settings.engine_options())
 
 
 def create_app(settings: ServerSettings | None = None, engine_factory: EngineFactory = load_configured_engine) -> FastAPI:

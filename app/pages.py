@@ -9,6 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from app.deps import EngineDep
+from engine.interface import Engine
 from engine.policies import policy_schemas
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,8 +20,8 @@ router = APIRouter()
 
 
 @router.get("/", response_class=HTMLResponse)
-async def index(request: Request) -> HTMLResponse:
-    return templates.TemplateResponse(request, "index.html", {"server": describe_engine(request.app.state.engine)})
+async def index(request: Request, engine: EngineDep) -> HTMLResponse:
+    return templates.TemplateResponse(request, "index.html", {"server": describe_engine(engine)})
 
 
 @router.get("/api/policies")
@@ -29,8 +31,8 @@ async def policies() -> dict[str, Any]:
 
 
 @router.get("/api/info")
-async def info(request: Request) -> dict[str, Any]:
-    return describe_engine(request.app.state.engine)
+async def info(engine: EngineDep) -> dict[str, Any]:
+    return describe_engine(engine)
 
 
 @router.get("/api/traces")
@@ -39,9 +41,7 @@ async def traces() -> list[dict[str, str]]:
     return [{"name": path.stem, "url": f"/static/traces/{path.name}"} for path in sorted(TRACES_DIR.glob("*.jsonl"))]
 
 
-def describe_engine(engine: Any) -> dict[str, Any]:
+def describe_engine(engine: Engine | None) -> dict[str, Any]:
     if engine is None:
         return {"replay_only": True, "drafters": []}
-    description = dict(engine.describe()) if hasattr(engine, "describe") else {}
-    description.setdefault("drafters", list(getattr(engine, "drafter_names", [])))
-    return description
+    return {"replay_only": False, **engine.describe().model_dump()}

@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from engine.errors import RequestError, from_validation
 from engine.events import RunError
 from engine.request import GenerationRequest
 
@@ -41,37 +42,27 @@ class Queued(BaseModel):
     position: int = Field(ge=1)
 
 
-class ClientMessageError(ValueError):
-    def __init__(self, message: str, field: str | None, policy: str = ""):
-        super().__init__(message)
-        self.field = field
-        self.policy = policy
-
-
 def parse_client_message(text: str) -> RunMessage | CancelMessage:
-    """A client message, or ClientMessageError naming the first field that is wrong."""
+    """A client message, or a RequestError naming the first field that is wrong."""
     try:
         return CLIENT_ADAPTER.validate_json(text)
     except ValidationError as err:
-        raise _as_client_error(err, text) from None
+        raise _as_request_error(err) from None
 
 
-def _as_client_error(err: ValidationError, text: str) -> ClientMessageError:
+def _as_request_error(err: ValidationError) -> RequestError:
     first = err.errors()[0]
     if first["type"] == "json_invalid":
-        return ClientMessageError("malformed JSON", field=None)
-    # A discriminated union puts the message type first in the location; the field follows it.
-    loc = [str(part) for part in first["loc"]]
+        return RequestError("malformed JSON", field=None)
     if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        return ClientMessageError("`type` must be \"run\" or \"cancel\"", field="type")
-    if not loc:
-        return ClientMessageError("a message must be a JSON object", field=None)
-    field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
-    message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-    return ClientMessageError(f"{field}: {message}", field=field, policy=_policy_of(text))
+        return RequestError("`type` must be \"run\" or \"cancel\"", field="type")
+    if not first["loc"]:
+        return RequestError("a message must be a JSON object", field=None)
+    # A discriminated union puts the message type first in the location; the field follows it.
+    return from_validation(err, skip=1 if len(first["loc"]) > 1 else 0)
 
 
-def _policy_of(text: str) -> str:
+def policy_named_in(text: str) -> str:
     """The policy a broken run message asked for, so its error event can say so."""
     try:
         policy = json.loads(text).get("policy", "")

@@ -6,11 +6,13 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import Executor
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from pydantic import BaseModel
 
 from engine.events import RunFinished
+from engine.interface import Engine
+from engine.request import GenerationRequest
 
 log = logging.getLogger("specscope.app")
 
@@ -18,9 +20,9 @@ _DONE = object()
 
 
 async def relay_run(
-    engine: Any,
+    engine: Engine,
     executor: Executor,
-    request: Any,
+    request: GenerationRequest,
     cancel: threading.Event,
     send: Callable[[BaseModel], Awaitable[None]],
 ) -> RunFinished | None:

@@ -1,43 +1,30 @@
-"""`specscope serve`: the web app under uvicorn. engine/cli.py imports this lazily, so engine/ never needs FastAPI."""
+"""`specscope serve` (also `python -m app.serve`): the web app under uvicorn."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from app.settings import ServerSettings
+from engine.options import EngineOptions
 
-_OPTIONS = ("host", "port", "target", "draft", "head", "drafter", "dtype", "device", "replay_only")
-
-
-def register_cli(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds the `serve` subcommand; its `func` takes the parsed namespace."""
-    parser = subparsers.add_parser("serve", help="serve the web app (settings also from SPECSCOPE_* env)")
-    add_arguments(parser)
-    parser.set_defaults(func=serve_from_args)
-    return parser
+_SERVER_OPTIONS = ("host", "port", "replay_only")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Defaults are None so that unset flags fall back to the environment, then to ServerSettings.
-    parser.add_argument("--host", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port (default 8000)")
-    parser.add_argument("--target", help="target model (default: the embedded SmolLM2-135M)")
-    parser.add_argument("--draft", help="draft model for token-level drafting")
-    parser.add_argument("--head", help="feature-level draft head")
-    parser.add_argument("--drafter", help="default drafter among those loaded")
-    parser.add_argument("--dtype", help="model dtype, e.g. float32, bfloat16")
-    parser.add_argument("--device", help="cpu, cuda, ...")
-    parser.add_argument("--replay-only", action="store_true", default=None,
-                        help="load no model; the page replays the shipped traces")
+    fields = ServerSettings.model_fields
+    parser.add_argument("--host", help=f"{fields['host'].description} (default {fields['host'].default})")
+    parser.add_argument("--port", type=int, help=f"{fields['port'].description} (default {fields['port'].default})")
+    parser.add_argument("--replay-only", action="store_true", default=None, help=fields["replay_only"].description)
+    EngineOptions.add_arguments(parser)
 
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
-    given = {name: getattr(args, name) for name in _OPTIONS if getattr(args, name, None) is not None}
-    return ServerSettings(**given)
+    given = {name: getattr(args, name) for name in _SERVER_OPTIONS if getattr(args, name, None) is not None}
+    return ServerSettings(**given, **EngineOptions.given_in(args))
 
 
-def serve_from_args(args: argparse.Namespace) -> int:
+def command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.main import create_app
@@ -47,12 +34,11 @@ def serve_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_main(argv: list[str] | None = None) -> int:
-    """Entry point with its own argument parsing: `specscope serve [options]`."""
-    parser = argparse.ArgumentParser(prog="specscope serve", description="serve the specscope web app")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.serve", description="serve the specscope web app")
     add_arguments(parser)
-    return serve_from_args(parser.parse_args(argv))
+    return command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
-    raise SystemExit(serve_main())
+    raise SystemExit(main())

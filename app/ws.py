@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import warnings
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -13,10 +12,10 @@ from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
 from app.line import LineFull
-from app.protocol import CancelMessage, ClientMessageError, Queued, RunMessage, error_event, parse_client_message
+from app.protocol import CancelMessage, Queued, RunMessage, error_event, parse_client_message, policy_named_in
 from app.relay import relay_run
-from engine.policies import PolicyError, make_policy
-from engine.request import GenerationRequest, RequestError
+from engine.errors import RequestError, SpecscopeError
+from engine.request import GenerationRequest
 
 log = logging.getLogger("specscope.app")
 router = APIRouter()
@@ -75,8 +74,8 @@ class ClientSession:
             return
         try:
             message = parse_client_message(text)
-        except ClientMessageError as err:
-            await self.send(error_event(str(err), err.field, err.policy))
+        except RequestError as err:
+            await self.send(error_event(str(err), err.field, policy_named_in(text)))
             return
         if isinstance(message, CancelMessage):
             await self._stop_active(notify=True)
@@ -90,27 +89,20 @@ class ClientSession:
             return
         problem = self._check(request)
         if problem is not None:
-            await self.send(error_event(str(problem), problem.field, request.policy))
+            await self.send(error_event(str(problem), problem.field, request.policy or ""))
             return
         run = _ActiveRun()
         run.task = asyncio.create_task(self._run(request, run))
         self.active = run
 
-    def _check(self, request: GenerationRequest) -> RequestError | PolicyError | None:
-        """Catches a bad request before it waits in line; the engine checks again before running."""
+    def _check(self, request: GenerationRequest) -> SpecscopeError | None:
+        """Refuses a bad request before it waits in line, with the engine's own check (run() checks again)."""
         if self.state.engine is None:
             return RequestError("this server replays recorded traces only; it has no model loaded", field=None)
         try:
-            with warnings.catch_warnings():
-                # Only the parameters are checked here; the engine's own build warns where it matters.
-                warnings.simplefilter("ignore")
-                make_policy(request.policy, request.params)
-        except PolicyError as err:
+            self.state.engine.validate(request)
+        except SpecscopeError as err:
             return err
-        drafters = list(getattr(self.state.engine, "drafter_names", []))
-        if request.drafter is not None and request.drafter not in drafters:
-            return RequestError(f"unknown drafter {request.drafter!r}; this server has {', '.join(drafters) or 'none'}",
-                                field="drafter")
         return None
 
     async def _run(self, request: GenerationRequest, run: _ActiveRun) -> None:
@@ -120,13 +112,14 @@ class ClientSession:
                 await relay_run(self.state.engine, self.state.executor, request, run.cancel, self.send)
         except LineFull as err:
             await self._send_quietly(error_event(str(err), None, request.policy))
-        except (RequestError, PolicyError) as err:
-            await self._send_quietly(error_event(str(err), err.field, request.policy))
+        except SpecscopeError as err:
+            await self._send_quietly(error_event(str(err), err.field, request.policy or ""))
         except asyncio.CancelledError:
             raise
         except Exception as err:  # an engine bug must not take the server down; the client hears of it
             log.exception("run failed")
-            await self._send_quietly(error_event(f"internal error: {type(err).__name__}: {err}", None, request.policy))
+            await self._send_quietly(error_event(f"internal error: {type(err).__name__}: {err}", None,
+                                                 request.policy or ""))
 
     async def _stop_active(self, notify: bool) -> None:
         """Cancel: a running run stops within one step and ends with run_finished; a waiting one leaves the line."""

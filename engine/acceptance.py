@@ -13,15 +13,44 @@ rejection sampling, SpecInfer/EAGLE), so the whole output is the target's own.
 If every child is rejected, the recovered token is drawn from what is left of
 p; at a leaf the bonus token is drawn from p_v. Greedy decoding is the same
 walk with one-hot p, which reduces to: follow the child equal to the argmax.
+
+The walk is returned as it happened: for every node it visited, each child
+tried with the numbers that decided it (the p in force, q, the ratio, the
+uniform draw u), and where every child was rejected, what was left of p. The
+web app's sampling panel draws exactly these numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from engine.tree import DraftTree
+
+
+@dataclass
+class Check:
+    """One child tried at a visited node."""
+
+    child: int  # tree index
+    token: int
+    rule: str  # "greedy" (is it the argmax?), "deterministic" (accept with p), "sampled" (accept with min(1, p/q))
+    p: float  # target probability of the token under the p in force when tried
+    q: float  # the child's draft probability
+    ratio: float  # the acceptance probability: min(1, p/q), p, or 1/0 for greedy
+    u: float | None  # the uniform draw compared with `ratio` (None for greedy)
+    accepted: bool
+
+
+@dataclass
+class Visit:
+    """A node the walk reached: the children it tried and, if it stopped here, what it drew."""
+
+    node: int
+    checks: list[Check] = field(default_factory=list)
+    left: torch.Tensor | None = None  # [V] what remained of p after every child was rejected (sampling only)
+    drawn: int | None = None  # the recovered or bonus token drawn here (the walk's last node only)
 
 
 @dataclass
@@ -30,8 +59,14 @@ class Acceptance:
     token: int  # the recovered or bonus token emitted after the path
     kind: str  # "recovered" or "bonus"
     token_p: float  # target probability of that token at the last path node
-    verdicts: dict[int, str]  # tree index -> "accepted" / "rejected" for every evaluated draft node
+    visits: list[Visit]  # one per path node, in walk order
     p_of_node: dict[int, float]  # tree index -> target probability of its token at its parent
+
+    @property
+    def verdicts(self) -> dict[int, str]:
+        """Tree index -> "accepted" / "rejected" for every evaluated draft node."""
+        return {check.child: "accepted" if check.accepted else "rejected"
+                for visit in self.visits for check in visit.checks}
 
 
 def children_lists(tree: DraftTree) -> list[list[int]]:
@@ -48,23 +83,28 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
     """target_logits: [T, V]. The longest path of argmax tokens, then the argmax after it."""
     best = target_logits.argmax(-1).tolist()  # [T]
     children = children_lists(tree)
-    path, verdicts = [0], {}
+    path, visits = [0], []
     node = 0
     while True:
+        visit = Visit(node)
+        visits.append(visit)
         match = None
         for child in children[node]:
             hit = match is None and tree.token[child] == best[node]
-            verdicts[child] = "accepted" if hit else "rejected"
+            visit.checks.append(Check(child, tree.token[child], "greedy", 0.0, tree.q[child], float(hit), None, hit))
             match = child if hit else match
         if match is None:
             break
         path.append(match)
         node = match
+    visits[-1].drawn = best[node]
     kind = "recovered" if children[node] else "bonus"
     probs = torch.softmax(target_logits[path].double(), dim=-1)  # [A, V]: only the rows the walk read
-    row = {n: i for i, n in enumerate(path)}
-    p_of_node = {child: probs[row[tree.parent[child]], tree.token[child]].item() for child in verdicts}
-    return Acceptance(path, best[node], kind, probs[-1, best[node]].item(), verdicts, p_of_node)
+    for row, visit in enumerate(visits):
+        for check in visit.checks:
+            check.p = probs[row, check.token].item()
+    p_of_node = {check.child: check.p for visit in visits for check in visit.checks}
+    return Acceptance(path, best[node], kind, probs[-1, best[node]].item(), visits, p_of_node)
 
 
 def accept_sampled(tree: DraftTree, target_probs: torch.Tensor, draft_dists: dict[int, torch.Tensor],
@@ -72,9 +112,11 @@ def accept_sampled(tree: DraftTree, target_probs: torch.Tensor, draft_dists: dic
     """target_probs: [T, V] float64 after temperature/top-k/top-p; draft_dists: node -> [V] float64
     distribution its sampled children were drawn from."""
     children = children_lists(tree)
-    path, verdicts, p_of_node = [0], {}, {}
+    path, visits, p_of_node = [0], [], {}
     node = 0
     while True:
+        visit = Visit(node)
+        visits.append(visit)
         p = target_probs[node].clone()  # [V]
         accepted = None
         for child in children[node]:
@@ -82,22 +124,27 @@ def accept_sampled(tree: DraftTree, target_probs: torch.Tensor, draft_dists: dic
             p_of_node[child] = target_probs[node, x].item()
             if tree.sampled[child]:
                 q = draft_dists[node]  # [V]
-                ok = _coin(generator) < min(1.0, (p[x] / q[x]).item())
-                p = p if ok else _residual(p, q)
+                rule, q_x = "sampled", q[x].item()
+                ratio = min(1.0, p[x].item() / q_x)
             else:
-                ok = _coin(generator) < p[x].item()
-                p = p if ok else _zero_out(p, x)
-            verdicts[child] = "accepted" if ok else "rejected"
+                rule, q_x = "deterministic", tree.q[child]
+                ratio = p[x].item()
+            u = _coin(generator)
+            ok = u < ratio
+            visit.checks.append(Check(child, x, rule, p[x].item(), q_x, ratio, u, ok))
             if ok:
                 accepted = child
                 break
+            p = _residual(p, q) if rule == "sampled" else _zero_out(p, x)
         if accepted is None:
             break
         path.append(accepted)
         node = accepted
+    visit.left = p if children[node] else None
     token = int(torch.multinomial(p, 1, generator=generator))
+    visit.drawn = token
     kind = "recovered" if children[node] else "bonus"
-    return Acceptance(path, token, kind, target_probs[node, token].item(), verdicts, p_of_node)
+    return Acceptance(path, token, kind, target_probs[node, token].item(), visits, p_of_node)
 
 
 def _coin(generator: torch.Generator) -> float:

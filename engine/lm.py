@@ -9,12 +9,11 @@ step starts from exactly the state plain decoding would have reached.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
+from engine import kvcache
 from engine.tree import attention_bias
 
 
@@ -31,9 +30,6 @@ class CachedLM:
         self.config = model.config
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        params = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        self.cache: DynamicCache | None = None
         self.reset()
 
     @property
@@ -42,10 +38,10 @@ class CachedLM:
 
     @property
     def cache_len(self) -> int:
-        return self.cache.get_seq_length() if self.cache is not None else 0
+        return kvcache.cache_length(self.cache)
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.config)
+        self.cache = kvcache.new_cache(self.config)
 
     @torch.inference_mode()
     def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
@@ -67,7 +63,7 @@ class CachedLM:
     def _run(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
              hidden_layers: tuple[int, ...]) -> ForwardOutput:
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
-                         output_hidden_states=bool(hidden_layers), **{self._cache_kwarg: self.cache})
+                         output_hidden_states=bool(hidden_layers), **kvcache.cache_argument(self.model, self.cache))
         hidden = tuple(out.hidden_states[i][0] for i in hidden_layers) if hidden_layers else ()
         logits = out.logits[0]  # [N, V]
         return ForwardOutput(logits=logits if logits.dtype == torch.float64 else logits.float(), hidden=hidden)
@@ -75,21 +71,8 @@ class CachedLM:
     @torch.inference_mode()
     def keep(self, positions: list[int]) -> None:
         """Compacts the cache to the given increasing sequence positions."""
-        shared = 0  # positions that already sit where they belong need no copy
-        while shared < len(positions) and positions[shared] == shared:
-            shared += 1
-        moved = torch.tensor(positions[shared:], dtype=torch.long, device=self.device)
-        end = len(positions)
-        for layer in self.cache.layers:
-            if not layer.is_initialized:
-                continue
-            if len(moved):
-                layer.keys[:, :, shared:end] = layer.keys.index_select(2, moved)
-                layer.values[:, :, shared:end] = layer.values.index_select(2, moved)
-            layer.keys = layer.keys[:, :, :end]
-            layer.values = layer.values[:, :, :end]
+        kvcache.keep_positions(self.cache, positions)
 
     def crop(self, length: int) -> None:
         """Drops every cached position from `length` on."""
-        if length < self.cache_len:
-            self.keep(list(range(length)))
+        kvcache.crop(self.cache, length)

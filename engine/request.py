@@ -13,7 +13,7 @@ class GenerationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt: str = Field(min_length=1, max_length=32_000)
-    policy: str = "talon"
+    policy: str | None = Field(None, description="a registered policy; None: the engine's default")
     params: dict[str, Any] = Field(default_factory=dict)
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_k: int = Field(0, ge=0, le=100_000)
@@ -25,11 +25,3 @@ class GenerationRequest(BaseModel):
     @property
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.temperature, self.top_k, self.top_p)
-
-
-class RequestError(ValueError):
-    """A request the engine cannot run; `field` names the culprit for forms and error events."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field

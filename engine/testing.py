@@ -1,17 +1,22 @@
-"""Tiny random Llama models built in code, for tests and demos that must not download anything."""
+"""Tiny random Llama models built in code, and a drafter of given probabilities: for tests and demos
+that must not download anything."""
 
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.codec import ByteCodec, Codec
+from engine.drafters.base import Drafter, Proposal
 from engine.drafters.draft_lm import DraftLMDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.engine import SpecEngine
 from engine.fastlm import causal_lm
+from engine.sampling import SamplingParams
+from engine.tree import DraftTree
 
 TINY_VOCAB = 260
 TINY_EOS = 256
@@ -73,3 +78,40 @@ def tiny_engine(seed: int = 0, dtype: torch.dtype = torch.float32, vocab_size: i
     }
     codec = codec or ByteCodec(vocab_size=vocab_size, eos_id=TINY_EOS)
     return SpecEngine(target, codec, drafters, default_drafter="draft-lm", draft_lm=draft)
+
+
+class StubDrafter(Drafter):
+    """Proposes, for every frontier node, children whose draft probabilities `qs_of(node, k)` returns (best
+    first), with token ids `token_of(node, rank)`: a policy's decisions on chosen distributions, no model.
+
+    >>> from engine.drafting import grow_tree
+    >>> from engine.policies import make_policy
+    >>> draft = grow_tree(make_policy("chain", {"gamma": 3}), StubDrafter(lambda node, k: [0.9] * k), 0, 10)
+    >>> draft.tree.depth, [round(s, 3) for s in draft.tree.score]
+    ([0, 1, 2, 3], [1.0, 0.9, 0.81, 0.729])
+    """
+
+    name = "stub"
+
+    def __init__(self, qs_of: Callable[[int, int], list[float]],
+                 token_of: Callable[[int, int], int] = lambda node, rank: 100 * node + rank):
+        super().__init__()
+        self.qs_of = qs_of
+        self.token_of = token_of
+
+    def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
+        pass
+
+    def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool = False,
+                sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None
+                ) -> list[Proposal]:
+        proposals = []
+        for node in frontier:
+            qs = self.qs_of(node, k)[:k]
+            proposals.append(Proposal(node=node, token=[self.token_of(node, rank) for rank in range(len(qs))],
+                                      q=list(qs), source=self.name))
+        return proposals
+
+    def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
+               features: torch.Tensor | None = None) -> None:
+        pass

@@ -1,15 +1,17 @@
 """Draft trees as flat arrays, and the pure functions that encode them for attention.
 
-A tree of T nodes is five parallel arrays. Node 0 is the root: the last token
+A tree of T nodes is seven parallel arrays. Node 0 is the root: the last token
 already decided (the previous step's bonus or recovered token, or the prompt's
 last token), not yet in the target's KV cache. Every other node is a draft
 token whose parent comes earlier in the arrays, so `parent[i] < i`.
 
-    parent  [T]  index of the parent node, -1 for the root
-    token   [T]  token id
-    depth   [T]  0 for the root, parent's depth + 1 otherwise
-    q       [T]  draft probability of the token given its parent (1 for the root)
-    score   [T]  cumulative path score: product of q from the root (1 for the root)
+    parent   [T]  index of the parent node, -1 for the root
+    token    [T]  token id
+    depth    [T]  0 for the root, parent's depth + 1 otherwise
+    q        [T]  draft probability of the token given its parent (1 for the root)
+    score    [T]  cumulative path score: product of q from the root (1 for the root)
+    source   [T]  which drafter proposed it ("root" for the root)
+    sampled  [T]  drawn from the draft distribution (verified against q) rather than chosen as its top-k
 
 The encodings follow EAGLE: a node attends to the cached prefix, to its
 ancestors and to itself; its position id is prefix length + depth.

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.pages import TRACES_DIR
-from app.serve import add_arguments, register_cli, settings_from_args
+from app.serve import add_arguments, settings_from_args
 from app.settings import ServerSettings
 from engine.events import read_trace
 from engine.policies import policy_schemas
@@ -65,7 +65,7 @@ def test_shipped_traces_are_listed_and_parse_as_engine_events(client):
             events = read_trace(str(TRACES_DIR / Path(entry["url"]).name))
         except ValueError as err:
             pytest.fail(f"{entry['name']} no longer matches the event schema; re-record it with "
-                        f"`python -m app.record static/traces/{entry['name']}.jsonl --policy ...`: {err}")
+                        f"`python -m tools.record static/traces/{entry['name']}.jsonl --policy ...`: {err}")
         assert events[0].type == "run_started" and events[-1].type == "run_finished"
 
 
@@ -84,10 +84,10 @@ def test_default_settings_bind_localhost_8000(monkeypatch):
     assert (ServerSettings().host, ServerSettings().port) == ("127.0.0.1", 8000)
 
 
-def test_register_cli_adds_a_serve_subcommand():
-    parser = argparse.ArgumentParser(prog="specscope")
-    register_cli(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["serve", "--port", "8123", "--replay-only"])
+def test_the_command_line_has_a_serve_subcommand():
+    from cli.main import build_parser
+
+    args = build_parser().parse_args(["serve", "--port", "8123", "--replay-only"])
     assert args.command == "serve" and args.port == 8123 and args.replay_only is True
     assert callable(args.func)
 
@@ -100,7 +100,7 @@ def test_engine_never_imports_the_web_stack():
 
 
 def test_cli_wiring_of_serve_loads_no_web_stack_until_it_runs():
-    code = ("import sys, app.serve, engine.cli; engine.cli.build_parser(); "
+    code = ("import sys, cli.main; cli.main.build_parser(); "
             "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

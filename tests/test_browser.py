@@ -34,7 +34,8 @@ def server_url():
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "browser-server.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "app.serve", "--port", str(port)], cwd=ROOT,
+    # float32: the page's "identical to ar" is judged where it holds exactly (bf16 flips near-ties).
+    process = subprocess.Popen([sys.executable, "-m", "app.serve", "--port", str(port), "--dtype", "float32"], cwd=ROOT,
                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
@@ -87,10 +88,11 @@ def open_page(page, url: str) -> None:
 def engine_output(policy: str) -> str:
     """What the engine itself generates for the request the page sends."""
     from engine.loading import load_engine
+    from engine.options import EngineOptions
     from engine.request import GenerationRequest
 
     request = GenerationRequest(prompt=PROMPT, policy=policy, max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, seed=0)
-    return load_engine().run(request, lambda event: None).text
+    return load_engine(EngineOptions(dtype="float32")).run(request, lambda event: None).text
 
 
 def test_talon_run_grows_a_tree_and_shows_the_engines_output(page, server_url):

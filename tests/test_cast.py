@@ -11,11 +11,15 @@ import random
 import pytest
 
 from engine.costs import CostTable
+from engine.drafters.base import Proposal
+from engine.drafting import grow_tree, pool_from
 from engine.events import Candidate
 from engine.policies import POLICIES, make_policy
-from engine.policies.base import Pool
+from engine.policies.base import Pool, PolicyContext, StepOutcome
 from engine.policies.cast import CastPolicy, marginal_walk
 from engine.policies.eagle import EaglePolicy
+from engine.testing import StubDrafter
+from engine.timing import Timings
 from engine.tree import DraftTree
 
 PEAKED = [0.9, 0.05, 0.02, 0.01, 0.01, 0.005, 0.003, 0.001, 0.0005, 0.0005]  # low entropy
@@ -23,7 +27,7 @@ FLAT = [0.1] * 10  # high entropy
 
 
 def make_cast(table: CostTable, **params) -> CastPolicy:
-    return make_policy("cast", params, {"cost_table": table})
+    return make_policy("cast", params, PolicyContext(costs=table))
 
 
 def random_pool(rng: random.Random, frontier: int, children: int, depth: int = 2) -> tuple[DraftTree, Pool]:
@@ -33,16 +37,9 @@ def random_pool(rng: random.Random, frontier: int, children: int, depth: int = 2
     for d in range(1, depth):
         parents = [tree.add(parents[0], token=100 * d + j, q=q, score=q * tree.score[parents[0]])
                    for j, q in enumerate(_random_distribution(rng, frontier))]
-    pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], prefix_len=300)
-    for p in parents:
-        for j, q in enumerate(_random_distribution(rng, children)):
-            pool.parent.append(p)
-            pool.token.append(1000 + 10 * p + j)
-            pool.q.append(q)
-            pool.score.append(tree.score[p] * q)
-            pool.source.append("test")
-            pool.sampled.append(False)
-    return tree, pool
+    proposals = [Proposal(node=p, token=[1000 + 10 * p + j for j in range(children)],
+                          q=_random_distribution(rng, children), source="test") for p in parents]
+    return tree, pool_from(tree, proposals, depth, prefix_len=300)
 
 
 def _random_distribution(rng: random.Random, k: int) -> list[float]:
@@ -54,35 +51,18 @@ def _random_distribution(rng: random.Random, k: int) -> list[float]:
 
 def layer_pool(tree: DraftTree, frontier: list[int], child_q: list[float], depth: int) -> Pool:
     """Every frontier node gets the same children distribution `child_q`."""
-    pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], prefix_len=300)
-    for p in frontier:
-        for j, q in enumerate(child_q):
-            pool.parent.append(p)
-            pool.token.append(j)
-            pool.q.append(q)
-            pool.score.append(tree.score[p] * q)
-            pool.source.append("test")
-            pool.sampled.append(False)
-    return pool
+    proposals = [Proposal(node=p, token=list(range(len(child_q))), q=list(child_q), source="test") for p in frontier]
+    return pool_from(tree, proposals, depth, prefix_len=300)
 
 
 def grow(policy: CastPolicy, child_q: list[float], steps: int = 1) -> tuple[DraftTree, list[int]]:
-    """Drafts `steps` steps the way the engine does; returns the last step's tree and its layer widths."""
+    """Drafts `steps` steps with the engine's own loop; returns the last step's tree and its layer widths."""
     policy.start_run()
+    drafter = StubDrafter(lambda node, k: child_q[:k], token_of=lambda node, rank: rank)
     for _ in range(steps):
-        tree, frontier, widths, depth = DraftTree.with_root(0), [0], [], 1
-        while frontier:
-            pool = layer_pool(tree, frontier, child_q[:policy.children_per_node(depth)], depth)
-            selection = policy.select_layer(tree, pool)
-            frontier = []
-            for i, decision in enumerate(selection.decisions):
-                if decision.kept:
-                    node = tree.add(pool.parent[i], pool.token[i], pool.q[i], pool.score[i])
-                    if decision.expanded:
-                        frontier.append(node)
-            widths.append(len(frontier))
-            depth += 1
-    return tree, widths
+        draft = grow_tree(policy, drafter, root=0, max_depth=1000, prefix_len=300)
+    widths = [sum(decision.expanded for decision in layer.selection.decisions) for layer in draft.layers]
+    return draft.tree, widths
 
 
 def test_cast_is_registered():
@@ -196,12 +176,8 @@ def test_every_decision_says_why_with_utility_cost_and_threshold():
         assert "marginal_cost" in d.detail or "max_total" in d.detail
 
 
-def test_without_a_cost_table_cast_warns_and_uses_synthetic_costs():
-    import engine.costs
-    engine.costs._warned.discard("cast")
-    cast = make_policy("cast", {})  # validating parameters needs no table and says nothing
-    with pytest.warns(UserWarning, match="specscope profile"):
-        assert cast.costs.synthetic
+def test_without_a_cost_table_cast_reads_assumed_costs():
+    assert make_policy("cast", {}).costs.target.source == "assumed"
 
 
 def test_best_node_is_verified_even_when_costs_would_send_none():
@@ -212,16 +188,14 @@ def test_best_node_is_verified_even_when_costs_would_send_none():
 
 def test_calibration_scales_utility_by_accepted_over_predicted():
     """A draft whose scores understate acceptance (a near-uniform q) earns a κ > 1 and wider trees."""
-    from engine.policies.base import StepOutcome
-
     cast = make_cast(CostTable.linear(1.6, 42.0), c3=0.87)
     tree, _ = grow(cast, [0.01] * 10)
     sent = len(cast.finalize(tree).keep)
     changes = []
     for _ in range(5):
         cast.finalize(tree)
-        changes += cast.observe(StepOutcome(tree_size=sent - 1, depth=1, accepted=2, draft_ms=5.0, verify_ms=40.0,
-                                            other_ms=1.0, prefix_len=300))
+        changes += cast.observe(StepOutcome(tree_size=sent - 1, depth=1, accepted=2,
+                                            times=Timings(draft_ms=5.0, verify_ms=40.0, other_ms=1.0), prefix_len=300))
     assert cast.kappa > 5 and changes and changes[-1].param == "kappa" and "κ" in changes[-1].why
     assert len(cast.finalize(tree).keep) > sent
     cast.start_run()
@@ -230,8 +204,6 @@ def test_calibration_scales_utility_by_accepted_over_predicted():
 
 def test_draft_costs_follow_the_measured_draft_time():
     """A drafter far cheaper than the table says (prompt lookup under an assumed cost) earns wider layers."""
-    from engine.policies.base import StepOutcome
-
     cast = make_cast(CostTable.linear(1.6, 42.0, draft_lam=2.0, draft_delta=4.0), c1=0.87, c2=0.0, max_depth=2)
     tree = DraftTree.with_root(0)
     pool = layer_pool(tree, [0], PEAKED, depth=1)
@@ -240,8 +212,8 @@ def test_draft_costs_follow_the_measured_draft_time():
     for _ in range(5):
         cast.select_layer(tree, pool)
         cast.finalize(tree)
-        changes += cast.observe(StepOutcome(tree_size=2, depth=1, accepted=1, draft_ms=0.1, verify_ms=40.0,
-                                            other_ms=1.0, prefix_len=300))
+        changes += cast.observe(StepOutcome(tree_size=2, depth=1, accepted=1,
+                                            times=Timings(draft_ms=0.1, verify_ms=40.0, other_ms=1.0), prefix_len=300))
     after = sum(d.expanded for d in cast.select_layer(tree, pool).decisions)
     assert cast.draft_scale < 0.5 and any(c.param == "draft_cost_scale" for c in changes)
     assert after > before == 2

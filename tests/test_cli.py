@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from engine.bench import PolicySpec, markdown_table, read_prompts, run_bench
-from engine.cli import main
+from tools.bench import PolicySpec, markdown_table, read_prompts, run_bench
+from cli.main import main
 from engine.events import read_trace
-from engine.request import RequestError
+from engine.errors import RequestError
 from engine.testing import tiny_llama
 from test_engine_behaviour import word_tokenizer
 
@@ -131,8 +131,8 @@ def test_bench_cli_writes_markdown_and_json(tiny_target, capsys, tmp_path):
 
 
 def test_default_bench_prompts_are_the_held_out_split_across_task_kinds():
-    from engine.bench import held_out_prompts
-    from engine.training.selfdistill import is_held_out
+    from tools.bench import held_out_prompts
+    from tools.training.selfdistill import is_held_out
 
     prompts = held_out_prompts()
     assert len(prompts) >= 100

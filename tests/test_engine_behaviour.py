@@ -9,9 +9,12 @@ from conftest import random_prompts
 from engine.codec import ByteCodec
 from engine.engine import SpecEngine
 from engine.events import TraceWriter, read_trace
-from engine.loading import LoadError, load_engine
+from engine.errors import LoadError
+from engine.loading import load_engine
+from engine.options import EngineOptions
 from engine.policies import POLICIES
-from engine.request import GenerationRequest, RequestError
+from engine.errors import RequestError
+from engine.request import GenerationRequest
 from engine.testing import tiny_llama
 
 
@@ -119,4 +122,4 @@ def test_a_draft_with_another_tokenizer_is_refused(tmp_path):
         model.save_pretrained(tmp_path / name)
         word_tokenizer(words).save_pretrained(tmp_path / name)
     with pytest.raises(LoadError, match="different tokenizer"):
-        load_engine(target=str(tmp_path / "target"), draft=str(tmp_path / "draft"), dtype="float32")
+        load_engine(EngineOptions(target=str(tmp_path / "target"), draft=str(tmp_path / "draft"), dtype="float32"))

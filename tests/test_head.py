@@ -192,7 +192,7 @@ def test_chain_drafts_match_uncached_computation():
     for got, want in zip(logits, expected):
         finite = torch.isfinite(want)
         assert torch.allclose(got[finite], want[finite], atol=1e-4)
-    assert drafter.forwards == 3
+    assert drafter.meter.forwards == 3
 
 
 def test_tree_siblings_do_not_see_each_other():
@@ -258,7 +258,7 @@ def test_sampled_children_come_with_their_distribution():
 
 
 def test_head_and_hybrid_drafters_share_one_loaded_head(tmp_path):
-    from engine.drafters.eagle_head import head_drafters
+    from engine.loading import head_drafters
     from engine.head import shipped_head_dir
 
     target = tiny_target()

@@ -4,41 +4,25 @@ import random
 
 import pytest
 
-from engine.policies import POLICIES, PolicyError, make_policy
+from engine.errors import RequestError
+from engine.policies import POLICIES, make_policy
+from engine.drafters.base import Proposal
+from engine.drafting import grow_tree, pool_from
 from engine.policies.base import Pool, rerank_top
+from engine.testing import StubDrafter
 from engine.tree import DraftTree
 
 
 def pool_under(tree: DraftTree, frontier: list[int], qs: list[list[float]], depth: int) -> Pool:
-    pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[])
-    for node, children in zip(frontier, qs):
-        for rank, q in enumerate(children):
-            pool.parent.append(node)
-            pool.token.append(100 * node + rank)
-            pool.q.append(q)
-            pool.score.append(tree.score[node] * q)
-            pool.source.append("draft")
-            pool.sampled.append(False)
-    return pool
+    proposals = [Proposal(node=node, token=[100 * node + rank for rank in range(len(children))], q=children,
+                          source="draft") for node, children in zip(frontier, qs)]
+    return pool_from(tree, proposals, depth)
 
 
 def grow(policy, qs_of, max_layers: int = 40) -> tuple[DraftTree, list]:
-    """Runs a policy layer by layer the way the engine does, with q's from `qs_of(node, k)`."""
-    tree, frontier, selections = DraftTree.with_root(0), [0], []
-    depth = 0
-    while frontier and depth < max_layers:
-        depth += 1
-        k = policy.children_per_node(depth)
-        pool = pool_under(tree, frontier, [qs_of(node, k) for node in frontier], depth)
-        selection = policy.select_layer(tree, pool)
-        selections.append((pool, selection))
-        frontier = []
-        for i, decision in enumerate(selection.decisions):
-            if decision.kept:
-                node = tree.add(pool.parent[i], pool.token[i], pool.q[i], pool.score[i])
-                if decision.expanded:
-                    frontier.append(node)
-    return tree, selections
+    """Runs a policy with the engine's own draft loop, with q's from `qs_of(node, k)`."""
+    draft = grow_tree(policy, StubDrafter(qs_of), root=0, max_depth=max_layers)
+    return draft.tree, [(layer.pool, layer.selection) for layer in draft.layers]
 
 
 def random_qs(seed: int):
@@ -114,11 +98,11 @@ def test_ar_never_drafts():
 @pytest.mark.parametrize("params, field", [({"mu": 0}, "params.mu"), ({"mu": 1.5}, "params.mu"),
                                            ({"budget": 0}, "params.budget"), ({"nope": 1}, "params.nope")])
 def test_bad_talon_parameters_are_named(params, field):
-    with pytest.raises(PolicyError) as err:
+    with pytest.raises(RequestError) as err:
         make_policy("talon", params)
     assert err.value.field == field
 
 
 def test_unknown_policy_is_named():
-    with pytest.raises(PolicyError, match="unknown policy"):
+    with pytest.raises(RequestError, match="unknown policy"):
         make_policy("medusa")

@@ -1,19 +1,18 @@
-"""The profiler on a tiny in-code model, the cost table's lookups, and the loader's first-use profiling."""
+"""The profiler on a tiny in-code model, the cost table's lookups, and the one decision about which table a run reads."""
 
 from __future__ import annotations
 
 import argparse
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from engine.costs import CostTable
-from engine.lm import CachedLM
+from engine.costs import CostTable, costs_note, resolve_costs
+from engine.errors import LoadError
 from engine.fastlm import causal_lm
-from engine.profile import (CostTableMissing, Grid, floor_lines, grid_from_args, load_cost_table, profile,
-                            register_cli)
+from engine.lm import CachedLM
 from engine.testing import tiny_llama
+from tools.profile import Grid, add_arguments, command, floor_lines, grid_from_args, profile
 
 SMALL = Grid(ns=(1, 8, 64, 256), contexts=(32, 64), batches=(1, 2), repeats=3, warmup=1)
 
@@ -86,40 +85,26 @@ def test_a_table_without_a_draft_assumes_a_tenth_of_the_target():
     assert table.draft_cost(1, 100) == pytest.approx(1.0)
 
 
-def test_load_cost_table_profiles_once_then_reads_the_file(tmp_path, capsys):
-    engine = SimpleNamespace(target=CachedLM(tiny_llama(0), name="tiny-target"), draft_lm=None)
-    path = tmp_path / "table.json"
-    with pytest.raises(CostTableMissing, match="specscope profile"):
-        load_cost_table(engine, profile_if_missing=False, path=path)
-    grid = Grid(ns=(1, 2), contexts=(16,), batches=(1,), repeats=1, warmup=0)
-    first = load_cost_table(engine, path=path, grid=grid)
-    assert "profiling now" in capsys.readouterr().out and path.exists()
-    again = load_cost_table(engine, profile_if_missing=False, path=path)
-    assert again.target.ms == first.target.ms
+def test_a_run_reads_the_named_table_else_the_saved_one_else_assumed_costs_it_says_so(tiny_table, tmp_path):
+    named, saved = tmp_path / "named.json", tmp_path / "saved.json"
+    assumed = resolve_costs(None, saved)
+    assert assumed.target.source == "assumed" and "specscope profile" in costs_note(assumed)
+    tiny_table.save(saved)
+    assert resolve_costs(None, saved).target.ms == tiny_table.target.ms and costs_note(tiny_table) is None
+    CostTable.linear(1.0, 2.0).save(named)
+    assert resolve_costs(named, saved).target.source == "synthetic"
+    with pytest.raises(LoadError) as err:
+        resolve_costs(tmp_path / "missing.json", saved)
+    assert err.value.field == "cost_table"
 
 
 def test_cli_grid_rounds_contexts_to_the_step_and_caps_n():
     parser = argparse.ArgumentParser()
-    register_cli(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["profile", "--contexts", "100,512", "--context-step", "128", "--n-max", "32"])
+    add_arguments(parser)
+    args = parser.parse_args(["--contexts", "100,512", "--context-step", "128", "--n-max", "32"])
     grid = grid_from_args(args)
     assert grid.contexts == (128, 512)
     assert max(grid.ns) == 32 and grid.batches == (1, 2, 4)
-    assert args.func.__name__ == "profile_command"
-
-
-def test_load_cost_table_adds_a_missing_draft_without_remeasuring_the_target(tmp_path):
-    grid = Grid(ns=(1, 2), contexts=(16,), batches=(1,), repeats=1, warmup=0)
-    target = CachedLM(tiny_llama(0), name="tiny-target")
-    path = tmp_path / "table.json"
-    load_cost_table(SimpleNamespace(target=target, draft_lm=None), path=path, grid=grid)
-    saved = CostTable.load(path)
-    engine = SimpleNamespace(target=target, draft_lm=CachedLM(tiny_llama(1, hidden=32, layers=1), name="tiny-draft"))
-    with pytest.raises(CostTableMissing, match="tiny-draft"):
-        load_cost_table(engine, profile_if_missing=False, path=path)
-    table = load_cost_table(engine, path=path, grid=grid)
-    assert table.draft.name == "tiny-draft" and table.target.ms == saved.target.ms
-    assert CostTable.load(path).draft.name == "tiny-draft"
 
 
 def test_profiling_a_lean_lm_times_its_own_forward_and_records_the_floors():

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from engine.loading import load_engine
+from engine.options import EngineOptions
 from engine.request import GenerationRequest
 from engine.tree import position_ids, root_to_leaf_paths, tree_attention_allowed
 from test_verification import random_tree
@@ -16,7 +17,7 @@ PROMPTS = ["Write a haiku about trees", "List three uses of a paperclip.",
 
 @pytest.fixture(scope="module")
 def smol():
-    return load_engine(dtype="float32", drafter="prompt-lookup")
+    return load_engine(EngineOptions(dtype="float32", drafter="prompt-lookup"))
 
 
 def test_tree_logits_match_sequential_decoding_on_the_real_model(smol):

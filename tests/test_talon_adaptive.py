@@ -6,7 +6,8 @@ import pytest
 
 from engine.costs import CostTable
 from engine.policies import POLICIES, make_policy
-from engine.policies.base import StepOutcome
+from engine.policies.base import PolicyContext, StepOutcome
+from engine.timing import Timings
 from engine.policies.talon_adaptive import TalonAdaptivePolicy
 
 GPU_LIKE = CostTable.linear(lam=0.01, delta=20.0)  # verifying more tokens is nearly free
@@ -14,12 +15,12 @@ CPU_LIKE = CostTable.linear(lam=1.6, delta=42.0)  # every verified token costs
 
 
 def make(table: CostTable, **params) -> TalonAdaptivePolicy:
-    return make_policy("talon-adaptive", {"window": 4, **params}, {"cost_table": table})
+    return make_policy("talon-adaptive", {"window": 4, **params}, PolicyContext(costs=table))
 
 
 def outcome(tree_size: int, depth: int, accepted: int, verify_ms: float = 50.0, draft_ms: float = 10.0) -> StepOutcome:
-    return StepOutcome(tree_size=tree_size, depth=depth, accepted=accepted, draft_ms=draft_ms, verify_ms=verify_ms,
-                       other_ms=1.0, prefix_len=300)
+    return StepOutcome(tree_size=tree_size, depth=depth, accepted=accepted,
+                       times=Timings(draft_ms=draft_ms, verify_ms=verify_ms, other_ms=1.0), prefix_len=300)
 
 
 def feed(policy: TalonAdaptivePolicy, step: StepOutcome, times: int) -> list:

@@ -11,12 +11,12 @@ from engine.head import load_head
 from engine.tree import DraftTree
 from engine.sampling import SamplingParams
 from engine.testing import TINY_EOS, tiny_llama
-from engine.train_head import TrainHeadOptions, export_ids, model_card, rebuild_from_ids, train_head
-from engine.training.objective import make_batch, unroll
-from engine.training.selfdistill import (MAGPIE_FIRST_ID, GenerationPlan, Sample, extract, is_held_out,
+from tools.train_head import TrainHeadOptions, export_ids, model_card, rebuild_from_ids, train_head
+from tools.training.objective import make_batch, unroll
+from tools.training.selfdistill import (MAGPIE_FIRST_ID, GenerationPlan, Sample, extract, is_held_out,
                                          load_chunks)
-from engine.training.selfdistill import write_prompts as self_written_prompts
-from engine.training.trainer import LoopOptions, new_head, target_to_draft_map
+from tools.training.selfdistill import write_prompts as self_written_prompts
+from tools.training.trainer import LoopOptions, new_head, target_to_draft_map
 
 LAYERS = 6
 

@@ -5,6 +5,8 @@ tree's root being its last token), proposes children for any frontier of the
 current step's tree, and is told after verification which path was accepted
 and which token the target emitted, so its own state (KV cache, n-gram
 index, hidden states) follows the accepted path exactly as the target's does.
+A drafter counts and times its own model forwards in its `meter`; the engine
+only reads it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.sampling import SamplingParams
+from engine.timing import ForwardMeter
 from engine.tree import DraftTree
 
 
@@ -37,9 +40,8 @@ class Drafter(ABC):
     # then hands it those hidden states, concatenated, for every token the target has processed.
     feature_layers: tuple[int, ...] = ()
 
-    def __init__(self) -> None:
-        self.forwards = 0  # model forwards so far in this run (δ counts them)
-        self.forward_ms = 0.0  # time spent in those forwards
+    def __init__(self, meter: ForwardMeter | None = None) -> None:
+        self.meter = meter or ForwardMeter()  # a drafter built on another shares that one's meter
 
     @abstractmethod
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:

@@ -9,13 +9,12 @@ keeps the accepted nodes it ran and drops the rest of the tree.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from engine.drafters.base import Drafter, Proposal
 from engine.lm import CachedLM
 from engine.sampling import SamplingParams, probs_from_logits
+from engine.timing import ForwardMeter
 from engine.tree import DraftTree, path_to
 
 
@@ -23,7 +22,7 @@ class DraftLMDrafter(Drafter):
     name = "draft-lm"
 
     def __init__(self, lm: CachedLM):
-        super().__init__()
+        super().__init__(ForwardMeter(lm.device))
         self.lm = lm
         self.model_name = lm.name
         self.context: list[int] = []
@@ -38,13 +37,11 @@ class DraftLMDrafter(Drafter):
 
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
-        began = time.perf_counter()
-        if frontier == [0] and not self.position_of:
-            logits = self._run_pending()  # [1, V]
-        else:
-            logits = self._run_frontier(tree, frontier)  # [F, V]
-        self.forwards += 1
-        self.forward_ms += (time.perf_counter() - began) * 1000
+        with self.meter.timed():
+            if frontier == [0] and not self.position_of:
+                logits = self._run_pending()  # [1, V]
+            else:
+                logits = self._run_frontier(tree, frontier)  # [F, V]
         return [self._children(node, row, k, sample, sampling, generator) for node, row in zip(frontier, logits)]
 
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],

@@ -16,7 +16,6 @@ forward per draft layer and none extra.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
@@ -24,6 +23,7 @@ import torch
 from engine.drafters.base import Drafter, Proposal
 from engine.head import Eagle3Head, default_feature_layers, load_head
 from engine.sampling import SamplingParams, probs_from_logits
+from engine.timing import ForwardMeter
 from engine.tree import DraftTree, ancestor_matrix, attention_bias
 
 
@@ -31,7 +31,7 @@ class EagleHeadDrafter(Drafter):
     name = "head"
 
     def __init__(self, head: Eagle3Head, model_name: str | None = None, num_target_layers: int | None = None):
-        super().__init__()
+        super().__init__(ForwardMeter(head.fc.weight.device))
         self.head = head.eval()
         self.model_name = model_name
         layers = head.feature_layers or (default_feature_layers(num_target_layers) if num_target_layers else ())
@@ -56,7 +56,6 @@ class EagleHeadDrafter(Drafter):
         self.pending_tokens: list[int] = []  # context tokens whose pairs are not in the cache yet
         self.pending_features: list[torch.Tensor] = []  # each [F]: feature of the token before
         self.root_feature: torch.Tensor | None = None  # [F]: feature of the token before the root
-        self.root_token: int | None = None
         self._clear_tree()
 
     def _clear_tree(self) -> None:
@@ -77,7 +76,6 @@ class EagleHeadDrafter(Drafter):
         self.pending_tokens = list(context[1:-1])
         self.pending_features = list(features[:-1])
         self.root_feature = features[-1] if len(features) else self._zero_feature()
-        self.root_token = context[-1]
 
     def _zero_feature(self) -> torch.Tensor:
         return torch.zeros(self.head.fc.in_features, dtype=self.dtype, device=self.device)
@@ -118,11 +116,9 @@ class EagleHeadDrafter(Drafter):
 
     def _timed_step(self, tokens, state, positions, past, bias, read_out: slice):
         """One head forward and the readout of the positions in `read_out`: the draft forward that δ and c count."""
-        start = time.perf_counter()
-        out, kv = self.head.step(tokens, state, positions, past, bias)
-        logits = self.head.draft_logits(out[0, read_out]).float()  # [R, Vd]
-        self.forwards += 1
-        self.forward_ms += (time.perf_counter() - start) * 1000
+        with self.meter.timed():
+            out, kv = self.head.step(tokens, state, positions, past, bias)
+            logits = self.head.draft_logits(out[0, read_out]).float()  # [R, Vd]
         return out, kv, logits
 
     def _run_root(self, tree: DraftTree) -> None:
@@ -193,20 +189,5 @@ class EagleHeadDrafter(Drafter):
             self.pending_tokens.append(tree.token[node])
             self.pending_features.append(features[j - 1])
         self.root_feature = features[-1]
-        self.root_token = emitted[-1]
         self._clear_tree()
 
-
-def head_drafters(head_dir: str | Path, target_model: torch.nn.Module, dtype: torch.dtype,
-                  model_name: str | None = None) -> dict:
-    """Factories for the `head` and `hybrid` drafters over one loaded head (weights shared by both)."""
-    from engine.drafters.hybrid import HybridDrafter
-
-    embeddings = target_model.get_input_embeddings().weight.detach()  # [V, H]
-    head = load_head(head_dir, embeddings, dtype).to(embeddings.device)
-    name = model_name or Path(head_dir).name
-    layers = target_model.config.num_hidden_layers
-    return {
-        "head": lambda: EagleHeadDrafter(head, name, layers),
-        "hybrid": lambda: HybridDrafter(EagleHeadDrafter(head, name, layers)),
-    }

@@ -30,31 +30,14 @@ class HybridDrafter(Drafter):
     name = "hybrid"
 
     def __init__(self, head: EagleHeadDrafter, lookup: PromptLookupDrafter | None = None, lookup_children: int = 1):
+        super().__init__(meter=head.meter)  # only the head runs a model
         self.head = head
         self.lookup = lookup or PromptLookupDrafter()
-        super().__init__()
         self.model_name = head.model_name
         self.feature_layers = head.feature_layers
         self.lookup_children = lookup_children
         self.lookup_tried = 0
         self.lookup_accepted = 0
-
-    # The engine reads and resets these counters; only the head runs a model.
-    @property
-    def forwards(self) -> int:
-        return self.head.forwards
-
-    @forwards.setter
-    def forwards(self, value: int) -> None:
-        self.head.forwards = value
-
-    @property
-    def forward_ms(self) -> float:
-        return self.head.forward_ms
-
-    @forward_ms.setter
-    def forward_ms(self, value: float) -> None:
-        self.head.forward_ms = value
 
     @property
     def lookup_trust(self) -> float:

@@ -6,8 +6,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from engine.errors import RequestError, from_validation
 from engine.policies.ar import ArPolicy
-from engine.policies.base import Policy
+from engine.policies.base import Policy, PolicyContext
 from engine.policies.cast import CastPolicy
 from engine.policies.chain import ChainPolicy
 from engine.policies.eagle import EaglePolicy
@@ -18,26 +19,18 @@ POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (ArPolicy, ChainPolicy, EaglePolicy, TalonPolicy, CastPolicy, TalonAdaptivePolicy)}
 
 
-class PolicyError(ValueError):
-    """A policy name or parameter a user got wrong; `field` names it."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
-
-
-def make_policy(name: str, params: dict[str, Any] | None = None, context: dict[str, Any] | None = None) -> Policy:
-    """Builds a registered policy from its name and (possibly string-valued) parameters."""
+def make_policy(name: str, params: dict[str, Any] | None = None, context: PolicyContext | None = None) -> Policy:
+    """Builds a registered policy from its name and (possibly string-valued) parameters;
+    a RequestError names the policy or the parameter at fault."""
     if name not in POLICIES:
-        raise PolicyError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}", field="policy")
+        raise RequestError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}", field="policy")
     cls = POLICIES[name]
     try:
         validated = cls.Params(**(params or {}))
     except ValidationError as err:
-        first = err.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "params"
-        message = "unknown parameter" if first["type"] == "extra_forbidden" else first["msg"]
-        raise PolicyError(f"{name}: {field}: {message}", field=f"params.{field}") from None
+        problem = from_validation(err, prefix="params.")
+        message = str(problem).replace("unknown field", "unknown parameter")
+        raise RequestError(f"{name}: {message}", field=problem.field or "params") from None
     return cls(validated, context)
 
 

@@ -7,23 +7,32 @@ joins the tree (kept), whether it is grown further (expanded), and why. When
 no frontier is left, `Policy.finalize` may rerank the tree down to the nodes
 sent to verification. Policies never call a model; they may keep state
 across steps of one run (reset by `start_run`) and learn from `observe`.
+What a policy may know of the machine comes in a `PolicyContext`: the
+measured (or assumed) cost table.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from engine.costs import CostTable, cost_table_from_context
+from engine.costs import CostTable
+from engine.timing import Timings
 from engine.tree import DraftTree
 
 
 class PolicyParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What the engine tells a policy about the machine it runs on."""
+
+    costs: CostTable = field(default_factory=CostTable.assumed)  # forward times in ms; see engine/costs.py
 
 
 @dataclass
@@ -72,9 +81,7 @@ class StepOutcome:
     tree_size: int
     depth: int
     accepted: int
-    draft_ms: float
-    verify_ms: float
-    other_ms: float
+    times: Timings
     prefix_len: int
 
 
@@ -90,16 +97,15 @@ class Policy(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[PolicyParams]]
     drafts: ClassVar[bool] = True  # False only for the no-draft baseline
-    needs_costs: ClassVar[bool] = False  # reads context["cost_table"], the measured forward times
+    needs_costs: ClassVar[bool] = False  # reads the cost table: its output says whether the costs were measured
 
-    def __init__(self, params: PolicyParams, context: dict[str, Any] | None = None):
+    def __init__(self, params: PolicyParams, context: PolicyContext | None = None):
         self.params = params
-        self.context = context or {}
+        self.context = context or PolicyContext()
 
-    @cached_property
+    @property
     def costs(self) -> CostTable:
-        """The measured cost table, resolved on first use: validating parameters alone needs none."""
-        return cost_table_from_context(self.context, self.name)
+        return self.context.costs
 
     def start_run(self) -> None:
         """Resets per-run state."""

@@ -6,7 +6,7 @@ sizes each part by utility per unit of measured cost instead of fixed K, D, m.
 Utility is expected accepted tokens: a node's path score (product of draft
 probabilities from the root) estimates the chance the target accepts it, so
 the utility of a set of nodes is the sum of their scores. Costs are read in ms
-from the cost table `specscope profile` writes (context["cost_table"]) and
+from the cost table `specscope profile` writes (the policy context's `costs`) and
 expressed in target forwards: ms over the table's time for one target forward
 of one token at the current context (t₁). A machine that is uniformly faster
 or slower (another GPU, a busy CPU) then leaves every decision unchanged, and
@@ -61,8 +61,8 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from engine.policies.base import (Adjustment, Decision, LayerSelection, Policy, PolicyParams, Pool, Rerank, StepOutcome,
-                                  ancestors_in)
+from engine.policies.base import (Adjustment, Decision, LayerSelection, Policy, PolicyContext, PolicyParams, Pool,
+                                  Rerank, StepOutcome, ancestors_in)
 from engine.tree import DraftTree
 
 
@@ -135,7 +135,7 @@ class CastPolicy(Policy):
     needs_costs = True
     Params = CastParams
 
-    def __init__(self, params: CastParams, context: dict | None = None):
+    def __init__(self, params: CastParams, context: PolicyContext | None = None):
         super().__init__(params, context)
         self.start_run()
 
@@ -277,10 +277,10 @@ class CastPolicy(Policy):
         self._accepted_sum += outcome.accepted
         self._predicted_sum += self._verified_score
         self.kappa = (self._accepted_sum + 1) / (self._predicted_sum + 1)
-        self._draft_ms_sum += outcome.draft_ms
+        self._draft_ms_sum += outcome.times.draft_ms
         self._draft_predicted_sum += self._step_draft_predicted
         if self._step_draft_predicted > 0:
-            self._draft_ratios.append(outcome.draft_ms / self._step_draft_predicted)
+            self._draft_ratios.append(outcome.times.draft_ms / self._step_draft_predicted)
         self.draft_scale = min(max(statistics.median(self._draft_ratios), 0.01), 100.0)
         changes = []
         if abs(self.kappa - self._reported_kappa) > 0.25 * self._reported_kappa:

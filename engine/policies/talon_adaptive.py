@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from engine.policies.base import Adjustment, StepOutcome
+from engine.policies.base import Adjustment, PolicyContext, StepOutcome
 from engine.policies.talon import TalonParams, TalonPolicy
 
 PRIOR_TOKENS_PER_DOUBLING = 0.3
@@ -65,8 +65,8 @@ class Window:
         self.accepted += outcome.accepted
         self.depth += outcome.depth
         self.tree_size += outcome.tree_size
-        self.ms += outcome.draft_ms + outcome.verify_ms + outcome.other_ms
-        self.verify_ms += outcome.verify_ms
+        self.ms += outcome.times.total_ms
+        self.verify_ms += outcome.times.verify_ms
         self.prefix_len = outcome.prefix_len
 
     @property
@@ -95,7 +95,7 @@ class TalonAdaptivePolicy(TalonPolicy):
     needs_costs = True
     Params = TalonAdaptiveParams
 
-    def __init__(self, params: TalonAdaptiveParams, context: dict | None = None):
+    def __init__(self, params: TalonAdaptiveParams, context: PolicyContext | None = None):
         super().__init__(params, context)
         self.initial = params
         self.start_run()

@@ -30,10 +30,10 @@ import numpy as np
 import torch
 
 from engine.head import default_feature_layers, load_head, save_head
-from engine.training.objective import depth_stats
-from engine.training.selfdistill import (GenerationPlan, Sample, chunk_path, extract, is_held_out, load_chunks,
+from tools.training.objective import depth_stats
+from tools.training.selfdistill import (GenerationPlan, Sample, chunk_path, extract, is_held_out, load_chunks,
                                          read_prompts, run_generation, save_chunk, write_prompts)
-from engine.training.trainer import (LoopOptions, choose_draft_vocab, coverage, eval_batches, new_head,
+from tools.training.trainer import (LoopOptions, choose_draft_vocab, coverage, eval_batches, new_head,
                                      target_to_draft_map, train_loop)
 
 DEFAULT_PROMPTS = Path(__file__).parent / "data" / "prompts" / "prompts.jsonl"
@@ -232,10 +232,7 @@ def rebuild_from_ids(model, path: Path, work: Path, layers: tuple[int, ...], pad
             log(f"rebuilt {split}/{target.name}: {len(samples)} answers")
 
 
-def register_cli(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds `specscope train-head`."""
-    p = subparsers.add_parser("train-head", help="train an EAGLE-3 draft head for a target (CPU is enough)",
-                              description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="head directory to write")
     p.add_argument("--work", type=Path, default=None, help="chunks and checkpoints (default: user cache)")
     p.add_argument("--target", default=None, help="target: hub id or folder (default: embedded SmolLM2)")
@@ -272,15 +269,27 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--init", type=Path, default=None, help="continue training this head folder")
     p.add_argument("--from-ids", type=Path, default=None,
                    help="rebuild the data from an exported id file by teacher forcing, instead of generating")
-    p.set_defaults(func=train_head_command)
-    return p
 
 
-def train_head_command(args: argparse.Namespace) -> int:
+def portable_command(argv: list[str]) -> str:
+    """The command line as the model card shows it: absolute paths (this machine's) become placeholders.
+
+    >>> portable_command(["train-head", "--target", "/root/w/smollm2", "--out", "head", "--lr", "1e-3"])
+    'specscope train-head --target TARGET --out head --lr 1e-3'
+    """
+    words, flag = [], None
+    for word in argv:
+        absolute = flag is not None and Path(word).is_absolute()
+        words.append(flag.lstrip("-").replace("-", "_").upper() if absolute else shlex.quote(word))
+        flag = word if word.startswith("--") else None
+    return "specscope " + " ".join(words)
+
+
+def command(args: argparse.Namespace) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from engine.device import DTYPES, cpu_has_native_bf16
     from engine.embedded import cache_root, embedded_model_dir
-    from engine.loading import DTYPES, cpu_has_native_bf16
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -304,7 +313,7 @@ def train_head_command(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size,
         loop=loop, eval_depth=args.eval_depth, readout_scale=args.readout_scale, seed=args.seed,
         export_ids=args.export_ids, magpie=args.magpie, init=args.init,
-        command="specscope " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+        command=portable_command(sys.argv[1:]))
     if args.from_ids:
         layers = default_feature_layers(model.config.num_hidden_layers)
         rebuild_from_ids(model, args.from_ids, work, layers, pad, train_limit=args.from_ids_limit)

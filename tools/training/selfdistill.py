@@ -14,7 +14,6 @@ named by index so an interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from dataclasses import dataclass
@@ -22,7 +21,8 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
-from transformers import DynamicCache
+
+from engine import kvcache
 
 
 @dataclass
@@ -83,19 +83,6 @@ def _features(hidden_states: tuple[torch.Tensor, ...], layers: tuple[int, ...]) 
     return torch.cat([hidden_states[i] for i in layers], dim=-1).to(torch.bfloat16)
 
 
-def _cache_kwarg(model, cache: DynamicCache) -> dict:
-    """transformers renamed `past_key_values` to `cache`; pass whichever this model takes."""
-    params = inspect.signature(model.forward).parameters
-    return {"cache" if "cache" in params else "past_key_values": cache}
-
-
-def _trim_cache(cache: DynamicCache, rows: torch.Tensor) -> None:
-    """Keeps only the batch rows `rows` [B'] in every layer of the cache."""
-    for layer in cache.layers:
-        layer.keys = layer.keys.index_select(0, rows)
-        layer.values = layer.values.index_select(0, rows)
-
-
 @torch.inference_mode()
 def generate_batch(model, prompts: list[list[int]], prompt_ids: list[int], greedy: list[bool],
                    layers: tuple[int, ...], max_new_tokens: int, temperature: float,
@@ -108,9 +95,9 @@ def generate_batch(model, prompts: list[list[int]], prompt_ids: list[int], greed
     ids, mask = (t.to(device) for t in _left_pad(prompts, pad_id))  # [B, S]
     width = ids.shape[1]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
-    cache = DynamicCache(config=model.config)
+    cache = kvcache.new_cache(model.config)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                output_hidden_states=True, logits_to_keep=1, **_cache_kwarg(model, cache))
+                output_hidden_states=True, logits_to_keep=1, **kvcache.cache_argument(model, cache))
     prefill = _features(out.hidden_states, layers)  # [B, S, F]
     feats = prefill.new_zeros(len(prompts), width + max_new_tokens, prefill.shape[-1])  # [B, S + M, F]
     feats[:, :width] = prefill
@@ -134,12 +121,12 @@ def generate_batch(model, prompts: list[list[int]], prompt_ids: list[int], greed
             break
         if len(still) < len(active):
             keep = torch.tensor(still, device=device)
-            _trim_cache(cache, keep)
+            kvcache.select_rows(cache, keep)
             mask, active, nxt, last_pos = mask[keep], active[keep], nxt[keep], last_pos[keep]
         mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
         last_pos = last_pos + 1
         out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
-                    use_cache=True, output_hidden_states=True, **_cache_kwarg(model, cache))
+                    use_cache=True, output_hidden_states=True, **kvcache.cache_argument(model, cache))
         feats[active, width + step] = _features(out.hidden_states, layers)[:, 0]
         logits = out.logits[:, -1].float()
     feats = feats.cpu()

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.head import Eagle3Head
-from engine.training.selfdistill import Sample
+from tools.training.selfdistill import Sample
 
 
 @dataclass

@@ -13,8 +13,8 @@ import torch
 from tqdm import tqdm
 
 from engine.head import Eagle3Head, head_config, set_vocab_map, target_to_draft_map  # noqa: F401 (re-exported)
-from engine.training.objective import Batch, make_batch, unroll
-from engine.training.selfdistill import Sample
+from tools.training.objective import Batch, make_batch, unroll
+from tools.training.selfdistill import Sample
 
 
 def choose_draft_vocab(samples: list[Sample], size: int, vocab_size: int, always: set[int]) -> torch.Tensor:

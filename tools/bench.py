@@ -10,8 +10,10 @@ can be told apart from a bug.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,14 @@ import torch
 from tqdm import tqdm
 
 from engine.engine import SpecEngine
+from engine.errors import RequestError
 from engine.events import RunFinished
-from engine.hf_baseline import is_hf_baseline, run_hf_baseline
+from engine.loading import load_engine
+from engine.options import EngineOptions
 from engine.policies import POLICIES, make_policy
-from engine.request import GenerationRequest, RequestError
+from engine.request import GenerationRequest
+from engine.timing import Timings
+from tools.hf_baseline import is_hf_baseline, run_hf_baseline
 
 
 @dataclass
@@ -59,10 +65,7 @@ class Tally:
     steps: int = 0
     draft_forwards: float = 0.0
     wall_s: float = 0.0
-    draft_ms: float = 0.0
-    draft_forward_ms: float = 0.0
-    verify_ms: float = 0.0
-    other_ms: float = 0.0
+    times: Timings = field(default_factory=Timings)
     c_values: list[float] = field(default_factory=list)
     outputs: dict[Any, list[int]] = field(default_factory=dict)
 
@@ -81,10 +84,7 @@ class Tally:
         self.steps += result.steps
         self.draft_forwards += result.delta * result.steps
         self.wall_s += result.wall_s
-        self.draft_ms += result.draft_ms
-        self.draft_forward_ms += result.draft_forward_ms
-        self.verify_ms += result.verify_ms
-        self.other_ms += result.other_ms
+        self.times = self.times + Timings.of(result)
         if result.c is not None:
             self.c_values.append(result.c)
         self.outputs[question_id] = result.tokens
@@ -100,7 +100,7 @@ HELD_OUT_SHARE = 0.05  # the share train-head never trains on
 
 def held_out_prompts(limit: int | None = None) -> list[tuple[Any, str]]:
     """The shipped prompt set's held-out split (never trained on), one per task kind in turn."""
-    from engine.training.selfdistill import is_held_out
+    from tools.training.selfdistill import is_held_out
 
     by_kind: dict[str, list[tuple[Any, str]]] = {}
     with open(SHIPPED_PROMPTS, encoding="utf-8") as f:
@@ -156,15 +156,15 @@ def run_bench(engine: SpecEngine, prompts: list[tuple[Any, str]], specs: list[Po
                                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                                         drafter=drafter)
             tally.add(question_id, engine.run(request, detail=False))
-            tally.params = tally.params or engine.prepare(request)[0].params.model_dump()
+            tally.params = tally.params or engine.validate(request).policy.params.model_dump()
             bar.update()
     bar.close()
     baseline = next(t for t in tallies if t.spec.policy == "ar")
     prompt_text = dict(prompts)
     results = [_summarise(engine, tally, baseline, temperature, prompt_text) for tally in tallies]
     info = engine.describe()
-    return {"target": info["target"], "draft": info["draft"], "drafter": drafter or engine.default_drafter,
-            "device": info["device"], "dtype": info["dtype"], "prompts": len(prompts),
+    return {"target": info.target, "draft": info.draft, "drafter": drafter or engine.default_drafter,
+            "device": info.device, "dtype": info.dtype, "costs": info.costs, "prompts": len(prompts),
             "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed, "results": results}
 
 
@@ -181,7 +181,8 @@ def _warm_up(engine: SpecEngine, specs: list[PolicySpec], drafter: str | None) -
 def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: float,
                prompt_text: dict[Any, str]) -> dict[str, Any]:
     steps = max(tally.steps, 1)
-    step_ms = tally.draft_ms + tally.verify_ms + tally.other_ms
+    times = tally.times
+    step_ms = times.total_ms
     result = {
         "policy": tally.spec.label, "params": tally.params,
         "tau": tally.new_tokens / steps, "delta": tally.draft_forwards / steps,
@@ -189,10 +190,10 @@ def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: f
         "tokens_per_s": tally.tokens_per_s,
         "speedup_vs_ar": tally.tokens_per_s / baseline.tokens_per_s if baseline.tokens_per_s else None,
         "new_tokens": tally.new_tokens, "steps": tally.steps,
-        "share_draft": tally.draft_ms / step_ms if step_ms else 0.0,
-        "share_verify": tally.verify_ms / step_ms if step_ms else 0.0,
-        "share_other": tally.other_ms / step_ms if step_ms else 0.0,
-        "share_outside_forwards": 1 - (tally.draft_forward_ms + tally.verify_ms) / step_ms if step_ms else 0.0,
+        "share_draft": times.draft_ms / step_ms if step_ms else 0.0,
+        "share_verify": times.verify_ms / step_ms if step_ms else 0.0,
+        "share_other": times.other_ms / step_ms if step_ms else 0.0,
+        "share_outside_forwards": 1 - (times.draft_forward_ms + times.verify_ms) / step_ms if step_ms else 0.0,
         "identical_to_ar": None, "divergences": [],
     }
     if tally.external:
@@ -247,5 +248,32 @@ def write_report(report: dict[str, Any], out_dir: str | Path) -> Path:
     return out
 
 
-def known_policies() -> str:
-    return ", ".join(POLICIES)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompts", default=None,
+                        help="Spec-Bench-format JSON lines (question_id, category, turns); default: the shipped "
+                             "prompt set's held-out split, never used to train the head")
+    parser.add_argument("--policies", default="ar,chain,eagle,talon",
+                        help=f"comma-separated among {', '.join(POLICIES)}; parameters after colons, e.g. "
+                             "talon:mu=0.05:budget=40; hf-generate and hf-prompt-lookup add Hugging Face's own "
+                             "greedy decoding for scale")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N prompts, one category in turn")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="folder for results.md and results.json (default: runs/bench-…)")
+
+
+def command(args: argparse.Namespace) -> int:
+    specs = [PolicySpec.parse(text) for text in args.policies.split(",") if text.strip()]
+    prompts = read_prompts(args.prompts, args.limit) if args.prompts else held_out_prompts(args.limit)
+    if not prompts:
+        raise RequestError(f"{args.prompts} holds no prompts", field="prompts")
+    engine = load_engine(EngineOptions.from_args(args))
+    report = run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter)
+    out = write_report(report, args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
+    print(markdown_table(report))
+    note = engine.costs_note_for([spec.policy for spec in specs])
+    if note:
+        print(f"note: {note}")
+    print(f"wrote {out / 'results.md'} and {out / 'results.json'}")
+    return 0

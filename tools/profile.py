@@ -2,19 +2,20 @@
 
 For every batch size B, context length (multiples of a step L) and number of
 new tokens n, the model runs one forward of B×n tokens on a cache that
-already holds the context, under the same 4-D float mask a tree verify uses.
-Each cell gets warm-up runs, then the median of repeated timed runs
-(synchronised on GPU). The table is saved under a key of device, model and
-dtype (default `~/.cache/specscope/costs/<key>.json`); cost-aware policies
-read it through `load_cost_table`, which profiles on first use.
+already holds the context, under the mask a tree verify uses: at batch 1
+through the cached LM the engine verifies with (the lean forward of
+engine/fastlm.py where it runs the model), at B > 1 through Hugging Face's
+batched forward. Each cell gets warm-up runs, then the median of repeated
+timed runs (synchronised on GPU). The table also records the memory and
+compute floors measured on the device (engine/floors.py), printed beside it. The table is saved under a key of device, model and
+dtype (default `~/.cache/specscope/costs/<key>.json`), where `load_engine`
+finds it for cast and talon-adaptive (engine/costs.py `resolve_costs`).
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass
@@ -22,19 +23,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from transformers import DynamicCache
 
-from engine.costs import CostTable, ModelCosts, table_key
+from engine import kvcache
+from engine.costs import CostTable, ModelCosts, saved_table_path
+from engine.device import clock, device_name
 from engine.floors import Floors, measure_floors, model_floors
+from engine.loading import load_engine
+from engine.options import EngineOptions
 from engine.tree import attention_bias, tree_attention_allowed
 
 DEFAULT_NS = (1, 2, 4, 8, 16, 32, 64, 96, 128)
 DEFAULT_CONTEXTS = (128, 512, 1024)
 DEFAULT_BATCHES = (1, 2, 4)
-
-
-class CostTableMissing(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -54,51 +54,17 @@ class Grid:
         return len(self.ns) * len(self.contexts) * len(self.batches)
 
 
-def device_name(device: torch.device) -> str:
-    """The accelerator's marketing name, or the CPU's model name and thread count (both set speed)."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu} {torch.get_num_threads()}t ({device.type})"
-
-
-def cost_dir() -> Path:
-    from engine.embedded import cache_root
-    return cache_root() / "costs"
-
-
-def default_table_path(device: str, model: str, dtype: str) -> Path:
-    return cost_dir() / f"{table_key(device, model, dtype)}.json"
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _cache_kwarg(model: torch.nn.Module) -> str:
-    """transformers 5 renamed `past_key_values` to `cache` (as CachedLM notes); either works here."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _filled_cache(model: torch.nn.Module, context: int, batch: int, device: torch.device) -> DynamicCache:
+def _filled_cache(model: torch.nn.Module, context: int, batch: int, device: torch.device) -> kvcache.Cache:
     """A cache holding `context` positions for `batch` rows: one prefill, repeated along the batch.
 
     The values are those of random tokens; timing does not depend on them.
     """
-    cache = DynamicCache(config=model.config)
+    cache = kvcache.new_cache(model.config)
     vocab = int(model.config.vocab_size)
     ids = torch.randint(0, vocab, (1, context), device=device)  # [1, C]
     with torch.inference_mode():
-        model(input_ids=ids, use_cache=True, **{_cache_kwarg(model): cache})
-    for layer in cache.layers:
-        layer.keys = layer.keys.repeat(batch, 1, 1, 1)  # [B, kv_heads, C, head_dim]
-        layer.values = layer.values.repeat(batch, 1, 1, 1)
+        model(input_ids=ids, use_cache=True, **kvcache.cache_argument(model, cache))
+    kvcache.repeat_rows(cache, batch)
     return cache
 
 
@@ -111,25 +77,23 @@ def _chain_inputs(n: int, context: int, batch: int, vocab: int, dtype: torch.dty
     return ids, positions, mask
 
 
-def time_forward(model: torch.nn.Module, cache: DynamicCache, n: int, context: int, batch: int) -> float:
-    """ms of one Hugging Face forward of n new tokens per row on a cache of `context` positions (left as it was)."""
+def time_forward(model: torch.nn.Module, cache: kvcache.Cache, n: int, context: int, batch: int) -> float:
+    """ms of one forward of n new tokens per row on a cache of `context` positions (left as it was)."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     ids, positions, mask = _chain_inputs(n, context, batch, int(model.config.vocab_size), dtype, device)
-    _synchronize(device)
-    start = time.perf_counter()
+    start = clock(device)
     with torch.inference_mode():
         model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
-              **{_cache_kwarg(model): cache})
-    _synchronize(device)
-    elapsed = (time.perf_counter() - start) * 1000
-    cache.crop(-n)  # the next run starts from the same context
+              **kvcache.cache_argument(model, cache))
+    elapsed = (clock(device) - start) * 1000
+    kvcache.crop(cache, context)  # the next run starts from the same context
     return elapsed
 
 
 def lm_timer(lm: Any, context: int) -> Callable[[int], float]:
     """Times the LM's own verify forward (the lean one where the engine runs it): an n-token chain given
-    as a tree, the shape of call and mask a verify makes, on `context` cached random tokens."""
+    as a tree, the call and mask a verify makes, on `context` cached random tokens."""
     vocab = int(lm.config.vocab_size)
     lm.reset()
     lm.forward_chain(torch.randint(0, vocab, (context,)).tolist())
@@ -138,11 +102,9 @@ def lm_timer(lm: Any, context: int) -> Callable[[int], float]:
         tokens = torch.randint(0, vocab, (n,)).tolist()
         allowed = tree_attention_allowed([-1] + list(range(n - 1)), prefix_len=context)  # [n, C + n]
         positions = torch.arange(context, context + n)
-        _synchronize(lm.device)
-        start = time.perf_counter()
+        start = clock(lm.device)
         lm.forward_tree(tokens, positions, allowed)
-        _synchronize(lm.device)
-        elapsed = (time.perf_counter() - start) * 1000
+        elapsed = (clock(lm.device) - start) * 1000
         lm.crop(context)
         return elapsed
 
@@ -171,17 +133,18 @@ def measure_row(time_n: Callable[[int], float], ns: tuple[int, ...], repeats: in
 def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: None) -> list[list[list[float]]]:
     """ms[b][c][k] over grid.batches × grid.contexts × grid.ns.
 
-    Batch 1 runs through the LM itself (`lm_timer`), as the engine verifies; the engine never batches
-    sequences, so the rows of B > 1 (what CAST reads for a batched what-if) time Hugging Face's own
-    batched forward on the same weights. A bare model is timed through Hugging Face's forward throughout.
+    Batch 1 runs through the cached LM itself (`lm_timer`), as the engine verifies; the engine never
+    batches sequences, so the rows of B > 1 (what CAST reads for a batched what-if) time Hugging Face's
+    own batched forward on the same weights. A bare model is timed through Hugging Face's forward throughout.
     """
-    model = lm if isinstance(lm, torch.nn.Module) else lm.model
+    bare = isinstance(lm, torch.nn.Module)
+    model = lm if bare else lm.model
     device = next(model.parameters()).device
     table = []
     for batch in grid.batches:
         rows = []
         for context in grid.contexts:
-            if batch == 1 and not isinstance(lm, torch.nn.Module):
+            if batch == 1 and not bare:
                 time_n = lm_timer(lm, context)
             else:
                 cache = _filled_cache(model, context, batch, device)
@@ -189,9 +152,9 @@ def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: N
                                                                                          batch)
             rows.append(measure_row(time_n, grid.ns, grid.repeats, grid.warmup, tick, f"B={batch} ctx={context}",
                                     grid.statistic))
-        if not isinstance(lm, torch.nn.Module):
-            lm.reset()
         table.append(rows)
+    if not bare:
+        lm.reset()  # left empty: the engine's next run starts from its own prompt
     return table
 
 
@@ -254,47 +217,6 @@ def _model_and_name(lm: Any) -> tuple[torch.nn.Module, str]:
     return lm.model, lm.name
 
 
-def engine_table_path(engine: Any) -> Path:
-    model, name = _model_and_name(engine.target)
-    param = next(model.parameters())
-    return default_table_path(device_name(param.device), name, str(param.dtype))
-
-
-def load_cost_table(engine: Any, profile_if_missing: bool = True, path: str | Path | None = None,
-                    grid: Grid = Grid()) -> CostTable:
-    """The cost table for the engine's target (and draft) on this device and dtype.
-
-    `engine` needs `.target` (a CachedLM) and may have `.draft_lm` (a CachedLM or None). Without a
-    saved table this profiles once, with a message saying so, and saves it; with
-    `profile_if_missing=False` it raises `CostTableMissing` naming the command to run.
-    """
-    path = Path(path) if path else engine_table_path(engine)
-    draft = getattr(engine, "draft_lm", None)
-    if path.exists():
-        table = CostTable.load(path)
-        if draft is None or (table.draft is not None and table.draft.name == draft.name):
-            return table
-        if not profile_if_missing:
-            raise CostTableMissing(f"{path} has no costs for draft {draft.name!r}; run: specscope profile")
-        print(f"specscope: cost table {path} lacks draft {draft.name!r}; profiling the draft now...", flush=True)
-        table.draft = profile(draft, None, _grid_like(table, grid)).target
-        table.save(path)
-        return table
-    if not profile_if_missing:
-        raise CostTableMissing(f"no cost table at {path}; run: specscope profile (takes a few minutes)")
-    print(f"specscope: no cost table for this device, model and dtype at {path};\n"
-          f"  cost-aware policies need one, profiling now ({grid.cells} cells per model, a few minutes on CPU)."
-          f"\n  Next time this is read from the file; `specscope profile` re-measures it.", flush=True)
-    table = profile(engine.target, draft, grid)
-    table.save(path)
-    return table
-
-
-def _grid_like(table: CostTable, grid: Grid) -> Grid:
-    return Grid(ns=tuple(table.ns), contexts=tuple(table.contexts), batches=tuple(table.batches),
-                context_step=table.context_step, repeats=grid.repeats, warmup=grid.warmup, statistic=grid.statistic)
-
-
 def _int_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
@@ -314,11 +236,7 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
                 repeats=args.repeats, warmup=args.warmup, statistic=args.statistic)
 
 
-def register_cli(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds `specscope profile`; the engine loader's own flags are added by `add_engine_args` if given."""
-    parser = subparsers.add_parser(
-        "profile", help="measure target/draft forward time on this device and write a cost table",
-        description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="table path (default: the user cache, keyed)")
     parser.add_argument("--ns", type=_int_list, default=DEFAULT_NS, help="new tokens per forward, e.g. 1,2,4,8")
     parser.add_argument("--n-max", type=int, default=max(DEFAULT_NS), help="drop ns above this")
@@ -330,21 +248,16 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="summary of the timed runs; min suits a machine shared with other jobs")
     parser.add_argument("--no-draft", action="store_true", help="measure the target only")
-    from engine.cli import add_engine_args  # the flags every model-loading command shares
-
-    add_engine_args(parser)
-    parser.set_defaults(func=profile_command)
-    return parser
 
 
-def profile_command(args: argparse.Namespace, engine: Any | None = None) -> int:
+def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     """Handler of `specscope profile`: loads the engine, measures, saves, prints the summary."""
     if engine is None:
-        engine = _load_engine(args)
-    draft = None if args.no_draft else getattr(engine, "draft_lm", None)
+        engine = load_engine(EngineOptions.from_args(args))
+    draft = None if args.no_draft else engine.draft_lm
     grid = grid_from_args(args)
     table = profile(engine.target, draft, grid)
-    path = table.save(args.out or engine_table_path(engine))
+    path = table.save(args.out or saved_table_path(table.device, engine.target.name, table.dtype))
     print(f"wrote {path}")
     load = table.meta.get("load_average")
     if load is not None and load > (os.cpu_count() or 1):
@@ -361,7 +274,7 @@ def floor_lines(table: CostTable, model: str = "target") -> list[str]:
     """The measured batch-1 times beside the memory and compute floors the table's meta holds
     (nothing for a table measured before floors were recorded)."""
     data = table.meta.get("floors", {}).get(model)
-    if not data:
+    if not data or 1 not in table.batches:
         return []
     floors = Floors.from_json(data)
     costs = table.target if model == "target" else table.draft
@@ -371,21 +284,8 @@ def floor_lines(table: CostTable, model: str = "target") -> list[str]:
              f"{'ctx':>6} {'n':>4} {'measured':>10} {'memory floor':>13} {'compute floor':>14} "
              f"{'×memory':>8} {'×compute':>9}"]
     for c, context in enumerate(table.contexts):
-        for n, ms in zip(table.ns, costs.ms[table.batches.index(1)][c] if 1 in table.batches else []):
+        for n, ms in zip(table.ns, costs.ms[table.batches.index(1)][c]):
             memory, compute = floors.memory_ms(n, context), floors.compute_ms(n, context)
             lines.append(f"{context:>6} {n:>4} {ms:>7.2f} ms {memory:>10.2f} ms {compute:>11.2f} ms "
                          f"{ms / memory:>7.2f}× {ms / compute:>8.2f}×")
     return lines
-
-
-def _load_engine(args: argparse.Namespace) -> Any:
-    from engine.loading import load_engine  # imported late: tests and --help need no model
-    return load_engine(target=args.target, draft=args.draft, head=args.head, drafter=args.drafter,
-                       dtype=args.dtype, device=args.device)
-
-
-if __name__ == "__main__":  # lets `python -m engine.profile` work before the CLI wires it in
-    root = argparse.ArgumentParser(prog="specscope")
-    register_cli(root.add_subparsers(dest="command", required=True))
-    parsed = root.parse_args()
-    raise SystemExit(parsed.func(parsed))

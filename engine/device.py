@@ -1,0 +1,84 @@
+"""Devices and dtypes: which to use, what to call them, and clocks that tell the truth on a GPU.
+
+A GPU runs kernels asynchronously: a host clock read right after a launch
+measures the launch, not the work. Every time the engine reports (draft,
+verify, a drafter's forwards) is read through `synchronize`, which waits for
+the device's queue where there is one and costs nothing on a CPU.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from engine.errors import LoadError
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    """The requested device, else cuda, then mps, then cpu."""
+    if requested:
+        try:
+            return torch.device(requested)
+        except RuntimeError as err:
+            raise LoadError(f"unknown device {requested!r}: {err}", field="device") from None
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX-512 BF16 or AMX on x86, the BF16 extension on Arm: where bf16 matmuls beat fp32."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine() == "arm64"  # Apple silicon
+    flags = set(cpuinfo.split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def pick_dtype(device: torch.device, requested: str | None = None) -> torch.dtype:
+    """The requested dtype, else bf16 on CUDA and on CPUs with native bf16, fp16 on other accelerators, else fp32."""
+    if requested:
+        if requested not in DTYPES:
+            raise LoadError(f"unknown dtype {requested!r}; choose one of float32, bfloat16, float16", field="dtype")
+        return DTYPES[requested]
+    if device.type == "cuda":
+        return torch.bfloat16
+    if device.type == "cpu":
+        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    return torch.float16
+
+
+def device_name(device: torch.device) -> str:
+    """The accelerator's marketing name, or the CPU's model name and thread count (both set speed)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu} {torch.get_num_threads()}t ({device.type})"
+
+
+def synchronize(device: torch.device) -> None:
+    """Waits for the device's queued work (a no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def clock(device: torch.device) -> float:
+    """Seconds on a monotonic clock, after the device has finished what was queued."""
+    synchronize(device)
+    return time.perf_counter()

@@ -1,0 +1,91 @@
+"""Growing one step's draft tree: the drafter proposes, the policy decides, layer by layer.
+
+This is the one draft loop: the engine calls it every step and the policy
+tests call it with a stub drafter, so what the tests check is what runs.
+Each layer, the drafter proposes children for every frontier node; they are
+pooled (`pool_from`) with their cumulative path scores; the policy keeps or
+prunes each candidate and says which kept ones grow further. The loop ends
+when no kept node is to grow, when the drafter has nothing to offer, or at
+`max_depth` (the tokens the request can still emit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.drafters.base import Drafter, Proposal
+from engine.policies.base import LayerSelection, Policy, Pool
+from engine.sampling import SamplingParams
+from engine.tree import DraftTree
+
+
+@dataclass
+class GrownLayer:
+    """One layer as the policy saw it: the pool, its decisions, and the tree index each kept candidate got."""
+
+    pool: Pool
+    selection: LayerSelection
+    nodes: list[int | None]  # [len(pool)]: tree index of a kept candidate, None for a pruned one
+
+
+@dataclass
+class Draft:
+    tree: DraftTree  # every kept node, before the policy's rerank
+    layers: list[GrownLayer] = field(default_factory=list)
+    dists: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> [V] q its sampled children came from
+
+
+def pool_from(tree: DraftTree, proposals: list[Proposal], depth: int, prefix_len: int = 0) -> Pool:
+    """Flattens the frontier's proposals into one layer's candidate pool, scored by path: score(parent)·q.
+
+    >>> tree = DraftTree.with_root(7); a = tree.add(0, 8, 0.5, 0.5)
+    >>> pool = pool_from(tree, [Proposal(node=a, token=[9, 10], q=[0.6, 0.2], source="x")], depth=2)
+    >>> pool.parent, pool.score
+    ([1, 1], [0.3, 0.1])
+    """
+    pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], prefix_len=prefix_len)
+    for proposal in proposals:
+        for token, q in zip(proposal.token, proposal.q):
+            pool.parent.append(proposal.node)
+            pool.token.append(token)
+            pool.q.append(q)
+            pool.score.append(tree.score[proposal.node] * q)
+            pool.source.append(proposal.source)
+            pool.sampled.append(proposal.sampled)
+    return pool
+
+
+def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefix_len: int = 0,
+              sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None) -> Draft:
+    """Grows a tree under `root` until the policy stops it; `prefix_len` is the target's cached context."""
+    draft = Draft(tree=DraftTree.with_root(root))
+    sample = policy.sample_children(sampling.temperature)
+    frontier, depth = [0], 0
+    while frontier and depth < max_depth:
+        depth += 1
+        proposals = drafter.propose(draft.tree, frontier, policy.children_per_node(depth), sample, sampling,
+                                    generator)
+        draft.dists.update({p.node: p.q_dist for p in proposals if p.sampled})
+        pool = pool_from(draft.tree, proposals, depth, prefix_len)
+        if not len(pool):
+            break
+        selection = policy.select_layer(draft.tree, pool)
+        frontier = _add_layer(draft, pool, selection)
+    return draft
+
+
+def _add_layer(draft: Draft, pool: Pool, selection: LayerSelection) -> list[int]:
+    """Adds the kept candidates to the tree; returns the next frontier."""
+    frontier, nodes = [], []
+    for i, decision in enumerate(selection.decisions):
+        node = None
+        if decision.kept:
+            node = draft.tree.add(pool.parent[i], pool.token[i], pool.q[i], pool.score[i], pool.source[i],
+                                  pool.sampled[i])
+            if decision.expanded:
+                frontier.append(node)
+        nodes.append(node)
+    draft.layers.append(GrownLayer(pool, selection, nodes))
+    return frontier

@@ -1,0 +1,69 @@
+"""The one place that knows Hugging Face's cache API: create, measure, compact, crop, select rows.
+
+transformers 5 keeps a DynamicCache's tensors as `cache.layers[i].keys` /
+`.values`, each [B, kv_heads, S, head_dim], and renamed the forward's
+`past_key_values` argument to `cache` in some models. Everything that feeds a
+Hugging Face model a cache (the target and draft LMs, the profiler, the head
+trainer's batched generation) goes through these functions, so a change in
+the library's API is mended here once.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+Cache = DynamicCache
+
+
+def new_cache(config) -> DynamicCache:
+    return DynamicCache(config=config)
+
+
+def cache_argument(model: torch.nn.Module, cache: DynamicCache) -> dict[str, DynamicCache]:
+    """The keyword under which this model's forward takes its cache."""
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
+def cache_length(cache: DynamicCache | None) -> int:
+    return cache.get_seq_length() if cache is not None else 0
+
+
+def keep_positions(cache: DynamicCache, positions: list[int]) -> None:
+    """Compacts every layer to the given increasing sequence positions, in place."""
+    shared = 0  # positions that already sit where they belong need no copy
+    while shared < len(positions) and positions[shared] == shared:
+        shared += 1
+    end = len(positions)
+    for layer in cache.layers:
+        if not layer.is_initialized:
+            continue
+        if shared < end:
+            moved = torch.tensor(positions[shared:], dtype=torch.long, device=layer.keys.device)
+            layer.keys[:, :, shared:end] = layer.keys.index_select(2, moved)
+            layer.values[:, :, shared:end] = layer.values.index_select(2, moved)
+        layer.keys = layer.keys[:, :, :end]
+        layer.values = layer.values[:, :, :end]
+
+
+def crop(cache: DynamicCache, length: int) -> None:
+    """Drops every cached position from `length` on."""
+    if length < cache_length(cache):
+        keep_positions(cache, list(range(length)))
+
+
+def select_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+    """Keeps only the batch rows `rows` [B'] (indices into the current batch), in place."""
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(0, rows)
+        layer.values = layer.values.index_select(0, rows)
+
+
+def repeat_rows(cache: DynamicCache, batch: int) -> None:
+    """Repeats a one-row cache `batch` times along the batch dimension, in place."""
+    for layer in cache.layers:
+        layer.keys = layer.keys.repeat(batch, 1, 1, 1)  # [B, kv_heads, S, head_dim]
+        layer.values = layer.values.repeat(batch, 1, 1, 1)
