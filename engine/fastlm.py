@@ -179,7 +179,7 @@ class FastLM:
         features[len(self.layers)] = x  # Hugging Face's last hidden state is after the final norm
         logits = linear(x, self.lm_head)  # [N, V]
         return ForwardOutput(logits=logits if logits.dtype == torch.float64 else logits.float(),
-                             hidden=tuple(features[i] for i in hidden_layers))
+                             hidden=tuple(features[i % len(features)] for i in hidden_layers))
 
     def _layer(self, cache: torch.Tensor, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                attend: dict, start: int, end: int) -> torch.Tensor:

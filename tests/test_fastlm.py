@@ -28,7 +28,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def test_lean_chain_logits_and_features_equal_hugging_face():
     plain, lean = pair()
-    layers = (0, 1, 2, 3)  # the inputs of every layer, and the last hidden state (after the final norm)
+    layers = (0, 1, 2, 3, -1)  # the inputs of every layer, the last hidden state (after the final norm) twice
     prompt = list(range(10, 40))
     for tokens in (prompt, [7], [8, 9, 10]):
         a, b = plain.forward_chain(tokens, layers), lean.forward_chain(tokens, layers)
