@@ -48,8 +48,13 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     if getattr(config, "pretraining_tp", 1) != 1:
         return "pretraining_tp > 1"
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    if rope.get("rope_type", rope.get("type", "default")) in ("dynamic", "longrope"):
-        return f"rope type {rope.get('rope_type')!r} depends on the sequence length"
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type in ("dynamic", "longrope"):
+        return f"rope type {rope_type!r} depends on the sequence length"
+    custom = {type(m).__name__ for m in model.modules()
+              if "Linear" in type(m).__name__ and type(m) is not torch.nn.Linear}
+    if custom:
+        return f"quantized or custom linear layers ({', '.join(sorted(custom))})"
     return None
 
 
