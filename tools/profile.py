@@ -6,10 +6,11 @@ already holds the context, under the mask a tree verify uses: at batch 1
 through the cached LM the engine verifies with (the lean forward of
 engine/fastlm.py where it runs the model), at B > 1 through Hugging Face's
 batched forward. Each cell gets warm-up runs, then the median of repeated
-timed runs (synchronised on GPU). The table also records the memory and
-compute floors measured on the device (engine/floors.py), printed beside it. The table is saved under a key of device, model and
-dtype (default `~/.cache/specscope/costs/<key>.json`), where `load_engine`
-finds it for cast and talon-adaptive (engine/costs.py `resolve_costs`).
+timed runs (synchronised on GPU). The table is saved under a key of device,
+model and dtype (default `~/.cache/specscope/costs/<key>.json`), where
+`load_engine` finds it for cast and talon-adaptive (engine/costs.py
+`resolve_costs`). It also records the memory and compute floors measured on
+the device (engine/floors.py), printed beside it with each time's ratio to them.
 """
 
 from __future__ import annotations
