@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, Hashable
 
 
 class LineFull(RuntimeError):
@@ -12,18 +13,25 @@ class LineFull(RuntimeError):
 
 
 class _Ticket:
-    def __init__(self) -> None:
+    def __init__(self, client: Hashable) -> None:
+        self.client = client
         self.ready = asyncio.Event()  # this ticket holds the model
         self.moved = asyncio.Event()  # the line moved; the position may have changed
 
 
 class RunLine:
-    """A fair FIFO turn for the single engine, with positions for the waiting."""
+    """A fair FIFO turn for the single engine, with positions for the waiting.
 
-    def __init__(self, max_waiting: int = 16):
+    `max_waiting` bounds the line; `max_per_client` bounds the places (waiting or
+    holding the model) one client address may take, so no client fills the line.
+    """
+
+    def __init__(self, max_waiting: int = 16, max_per_client: int | None = None):
         self.max_waiting = max_waiting
+        self.max_per_client = max_per_client
         self._holder: _Ticket | None = None
         self._waiting: list[_Ticket] = []
+        self._places: Counter = Counter()
 
     @property
     def waiting(self) -> int:
@@ -33,23 +41,32 @@ class RunLine:
     def busy(self) -> bool:
         return self._holder is not None
 
+    def places(self, client: Hashable) -> int:
+        return self._places[client]
+
     @asynccontextmanager
-    async def turn(self, on_position: Callable[[int], Awaitable[None]]) -> AsyncIterator[None]:
+    async def turn(self, on_position: Callable[[int], Awaitable[None]], client: Hashable = None) -> AsyncIterator[None]:
         """Holds the model for the body; calls `on_position` with the place in line while waiting."""
-        ticket = self._join()
+        ticket = self._join(client)
         try:
             while not ticket.ready.is_set():
-                await on_position(self._waiting.index(ticket) + 1)
+                # Cleared before the await: a move during `on_position` must wake the wait below.
                 ticket.moved.clear()
-                await ticket.moved.wait()
+                await on_position(self._waiting.index(ticket) + 1)
+                if not ticket.ready.is_set():
+                    await ticket.moved.wait()
             yield
         finally:
             self._leave(ticket)
 
-    def _join(self) -> _Ticket:
+    def _join(self, client: Hashable) -> _Ticket:
         if self.busy and len(self._waiting) >= self.max_waiting:
             raise LineFull(f"{len(self._waiting)} runs are already waiting; try again shortly")
-        ticket = _Ticket()
+        if self.max_per_client is not None and client is not None and self._places[client] >= self.max_per_client:
+            raise LineFull(f"{client} already has {self._places[client]} runs waiting or running "
+                           f"(at most {self.max_per_client} per client address)")
+        ticket = _Ticket(client)
+        self._places[client] += 1
         self._waiting.append(ticket)
         self._advance()
         return ticket
@@ -59,6 +76,9 @@ class RunLine:
             self._holder = None
         elif ticket in self._waiting:
             self._waiting.remove(ticket)
+        self._places[ticket.client] -= 1
+        if self._places[ticket.client] <= 0:
+            del self._places[ticket.client]
         self._advance()
 
     def _advance(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -10,8 +12,10 @@ from typing import Callable
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from app.apidocs import router as apidocs_router
 from app.line import RunLine
 from app.pages import router as pages_router
+from app.security import AllowList, HostGuard, SecurityHeaders
 from app.settings import ServerSettings
 from app.ws import router as ws_router
 from engine.interface import Engine
@@ -35,16 +39,26 @@ def create_app(settings: ServerSettings | None = None, engine_factory: EngineFac
     async def lifespan(app: FastAPI):
         app.state.settings = settings
         app.state.engine = None if settings.replay_only else engine_factory(settings)
-        app.state.line = RunLine(settings.max_waiting)
+        app.state.line = RunLine(settings.max_waiting, settings.max_runs_per_client)
+        app.state.connections = Counter()  # open sockets per client address
+        app.state.stopping = threading.Event()  # set at shutdown: every run stops at its next step
         # One worker: the model serves one run at a time, and torch state stays on one thread.
         app.state.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specscope-engine")
         try:
             yield
         finally:
+            app.state.stopping.set()
             app.state.executor.shutdown(wait=True, cancel_futures=True)
 
-    app = FastAPI(title="specscope", lifespan=lifespan)
+    # The API docs are off unless asked for, and then served without FastAPI's CDN pages.
+    app = FastAPI(title="specscope", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json" if settings.api_docs else None)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.include_router(pages_router)
     app.include_router(ws_router)
+    if settings.api_docs:
+        app.include_router(apidocs_router)
+    allowed = AllowList.build(settings.host, settings.allowed_hosts)
+    app.add_middleware(HostGuard, allowed=allowed)
+    app.add_middleware(SecurityHeaders, allowed=allowed)  # added last: outermost, so refusals carry the headers too
     return app

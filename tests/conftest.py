@@ -23,3 +23,12 @@ def random_prompts(count: int, seed: int) -> list[str]:
 def one_thread_for_tiny_models(request):
     """Tiny models run fastest on one thread; tests of the real model ask for every core."""
     torch.set_num_threads(ALL_THREADS if "slow" in request.keywords else 1)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def test_client_host_is_allowed():
+    """Starlette's TestClient sends `Host: testserver`; the app's Host allow-list serves it here as it would
+    a name given with --allowed-hosts. Tests of the allow-list pass their own `allowed_hosts`."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECSCOPE_ALLOWED_HOSTS", "testserver")
+        yield

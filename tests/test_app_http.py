@@ -104,3 +104,29 @@ def test_cli_wiring_of_serve_loads_no_web_stack_until_it_runs():
             "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_server_limits_come_from_flags_and_environment(monkeypatch):
+    monkeypatch.setenv("SPECSCOPE_ALLOWED_HOSTS", "lab.example, projector.lan")
+    monkeypatch.setenv("SPECSCOPE_SEND_TIMEOUT", "2.5")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    from_env = settings_from_args(parser.parse_args([]))
+    assert from_env.allowed_hosts == ["lab.example", "projector.lan"] and from_env.send_timeout == 2.5
+    assert from_env.api_docs is False
+    given = settings_from_args(parser.parse_args(["--allowed-hosts", "a.example,b.example", "--api-docs",
+                                                  "--max-run-tokens", "64", "--max-run-seconds", "30"]))
+    assert given.allowed_hosts == ["a.example", "b.example"] and given.api_docs is True
+    assert (given.max_run_tokens, given.max_run_seconds) == (64, 30.0)
+
+
+def test_uvicorn_runs_the_hardened_protocols_with_bounded_messages_and_shutdown():
+    from app.serve import MAX_MESSAGE_BYTES, uvicorn_config
+    from app.transport import GuardedHttp, GuardedWebSockets
+
+    settings = ServerSettings(handshake_timeout=4, shutdown_timeout=2)
+    config = uvicorn_config(object(), settings)
+    assert issubclass(config.http, GuardedHttp) and config.http.handshake_timeout == 4
+    assert config.ws is GuardedWebSockets
+    assert config.ws_max_size == MAX_MESSAGE_BYTES and config.timeout_graceful_shutdown == 2
+    assert config.proxy_headers is False  # per-address caps must see the socket's address, not X-Forwarded-For

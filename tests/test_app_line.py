@@ -72,3 +72,53 @@ def test_a_full_line_refuses_new_runs():
         await asyncio.gather(*tasks)
 
     asyncio.run(scenario())
+
+
+def test_a_move_while_the_waiter_is_told_its_place_is_not_lost():
+    """The holder leaves while the waiter's `on_position` is still sending: the waiter must still get the model."""
+
+    async def scenario() -> list:
+        line, log = RunLine(), []
+        release = asyncio.Event()
+        holder = asyncio.create_task(hold(line, "a", log, release))
+        await asyncio.sleep(0)
+
+        async def slow_on_position(position: int) -> None:
+            log.append(("b", "waiting", position))
+            release.set()  # the line moves while this message is on its way
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        async def wait_then_run() -> None:
+            async with line.turn(slow_on_position):
+                log.append(("b", "running"))
+
+        await asyncio.wait_for(asyncio.gather(holder, wait_then_run()), timeout=2)
+        return log
+
+    log = asyncio.run(scenario())
+    assert log[-1] == ("b", "running")
+
+
+def test_one_client_address_cannot_take_more_than_its_places_in_line():
+    async def scenario() -> None:
+        line = RunLine(max_waiting=16, max_per_client=2)
+        release = asyncio.Event()
+
+        async def hold_as(client: str) -> None:
+            async with line.turn(lambda position: asyncio.sleep(0), client=client):
+                await release.wait()
+
+        tasks = [asyncio.create_task(hold_as("10.0.0.1")) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(LineFull, match="at most 2 per client address"):
+            async with line.turn(lambda position: asyncio.sleep(0), client="10.0.0.1"):
+                pass
+        other = asyncio.create_task(hold_as("10.0.0.2"))  # another address still gets a place
+        await asyncio.sleep(0.01)
+        assert line.waiting == 2 and line.places("10.0.0.2") == 1
+        release.set()
+        await asyncio.gather(*tasks, other)
+        assert line.places("10.0.0.1") == 0 and not line.busy
+
+    asyncio.run(scenario())

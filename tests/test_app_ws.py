@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import ServerSettings
+from app.ws import CLOSE_IDLE, CLOSE_TOO_MANY_CONNECTIONS
 from engine.request import GenerationRequest
 from engine.testing import tiny_engine
 
@@ -88,26 +89,43 @@ def test_cancel_stops_the_run_within_a_step(client):
     assert sum(m["type"] == "step_metrics" for m in messages) <= 3
 
 
-@pytest.mark.parametrize("message, field", [
-    ("{not json", None),
-    ('["run"]', None),
-    ('{"type": "launch"}', "type"),
-    ('{"type": "run"}', "prompt"),
-    ('{"type": "run", "prompt": "hi", "temperature": -1}', "temperature"),
-    ('{"type": "run", "prompt": "hi", "max_new_tokens": 0}', "max_new_tokens"),
-    ('{"type": "run", "prompt": "hi", "model": "/etc/passwd"}', "model"),
-    ('{"type": "run", "prompt": "hi", "policy": "nope"}', "policy"),
-    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"mu": 5}}', "params.mu"),
-    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"alpha": 1}}', "params.alpha"),
-    ('{"type": "run", "prompt": "hi", "drafter": "../../weights.bin"}', "drafter"),
+DEEP = '{"type": "run", "prompt": "hi", "params": {"x": ' + '{"a": ' * 200 + '1' + '}' * 200 + '}}'
+
+
+@pytest.mark.parametrize("message, field, words", [
+    ("{not json", None, "malformed JSON"),
+    ('["run"]', None, "JSON object"),
+    ('{"type": "launch"}', "type", "run"),
+    ('{"type": "run"}', "prompt", "required"),
+    ('{"type": "run", "prompt": "hi", "temperature": -1}', "temperature", "greater than or equal to 0"),
+    ('{"type": "run", "prompt": "hi", "temperature": 1e-320}', "temperature", "at least 0.01"),
+    ('{"type": "run", "prompt": "hi", "temperature": true}', "temperature", "valid number"),
+    ('{"type": "run", "prompt": "hi", "temperature": NaN}', "temperature", "finite"),
+    ('{"type": "run", "prompt": "hi", "max_new_tokens": 0}', "max_new_tokens", "greater than or equal to 1"),
+    ('{"type": "run", "prompt": "hi", "max_new_tokens": true}', "max_new_tokens", "valid integer"),
+    ('{"type": "run", "prompt": "hi", "model": "/etc/passwd"}', "model", "unknown field"),
+    ('{"type": "run", "prompt": "hi", "policy": "nope"}', "policy", "unknown policy"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"mu": 5}}', "params.mu", "less than or equal"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"alpha": 1}}', "params.alpha", "unknown parameter"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"budget": true}}', "params.budget", "integer"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon", "params": {"mu": Infinity}}', "params.mu", "finite"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon-adaptive", '
+     '"params": {"budget": 64, "budget_min": 64, "budget_max": 32}}',
+     "params.budget_max", "is above budget_max 32"),
+    ('{"type": "run", "prompt": "hi", "policy": "talon-adaptive", "params": {"mu": 0.4, "mu_min": 0.4, "mu_max": 0.3}}',
+     "params.mu_max", "mu_min 0.4 is above mu_max 0.3"),
+    ('{"type": "run", "prompt": "hi", "drafter": "../../weights.bin"}', "drafter", "unknown drafter"),
+    (DEEP, None, "nested too deeply"),
+    ('{"type": "run", "prompt": "a\\ud800b"}', "prompt", "lone surrogate"),
+    ('{"type": "run", "prompt": "a\ud800b"}', "prompt", "lone surrogate"),
 ])
-def test_invalid_request_gets_an_error_naming_the_field_and_the_next_run_works(client, message, field):
+def test_invalid_request_gets_an_error_naming_the_field_and_the_next_run_works(client, message, field, words):
     with client.websocket_connect("/ws") as ws:
         ws.send_text(message)
         error = ws.receive_json()
         assert error["type"] == "error"
         assert error["field"] == field
-        assert error["message"]
+        assert words in error["message"]
         ws.send_json(run_message(max_new_tokens=2))
         assert receive_run(ws)[-1]["type"] == "run_finished"
 
@@ -169,7 +187,8 @@ def test_a_client_that_disconnects_has_its_run_cancelled(client, caplog):
 
 
 def test_replay_only_server_refuses_runs_but_serves_the_page():
-    with TestClient(create_app(ServerSettings(replay_only=True), engine_factory=pytest.fail)) as client:
+    app = create_app(ServerSettings(replay_only=True), engine_factory=pytest.fail)
+    with TestClient(app) as client:
         assert client.get("/").status_code == 200
         assert client.get("/api/info").json()["replay_only"] is True
         with client.websocket_connect("/ws") as ws:
@@ -197,3 +216,113 @@ def test_a_page_from_another_origin_cannot_open_the_socket(client):
     with client.websocket_connect("/ws", headers={"origin": "http://testserver"}) as ws:
         ws.send_json(run_message(max_new_tokens=2))
         assert receive_run(ws)[-1]["type"] == "run_finished"
+
+
+def test_cancel_then_run_at_once_runs_the_new_one_after_the_old_ones_run_finished(client):
+    with client.websocket_connect("/ws") as ws:
+        ws.send_json(run_message("old", max_new_tokens=LONG))
+        receive_until(ws, "step_metrics")
+        ws.send_json({"type": "cancel"})
+        ws.send_json(run_message("new", max_new_tokens=3))
+        old = receive_run(ws)
+        new = [m for m in receive_run(ws) if m["type"] != "queued"]  # it joins the line behind the old run
+    assert old[-1]["type"] == "run_finished" and old[-1]["stop_reason"] == "cancelled"
+    assert new[0]["type"] == "run_started" and new[0]["prompt"] == "new"
+    assert new[-1]["type"] == "run_finished" and new[-1]["stop_reason"] != "cancelled"
+
+
+def test_a_run_cancelled_while_it_waits_for_the_old_one_is_told_so_after_the_old_ones_run_finished(client):
+    with client.websocket_connect("/ws") as ws:
+        ws.send_json(run_message("old", max_new_tokens=LONG))
+        receive_until(ws, "step_metrics")
+        ws.send_json({"type": "cancel"})
+        ws.send_json(run_message("new", max_new_tokens=3))
+        ws.send_json({"type": "cancel"})
+        old = receive_run(ws)
+        new = receive_run(ws)
+    assert old[-1]["type"] == "run_finished"
+    assert {m["type"] for m in new[:-1]} <= {"queued"}  # it had joined the line behind the old run
+    assert new[-1]["type"] == "error" and new[-1]["message"] == "cancelled before it started"
+
+
+def settings_client(engine, **settings) -> TestClient:
+    return TestClient(create_app(ServerSettings(**settings), engine_factory=lambda _: engine))
+
+
+def test_one_address_cannot_open_more_than_its_connections(engine):
+    from starlette.websockets import WebSocketDisconnect
+
+    with settings_client(engine, max_connections_per_client=2) as client:
+        with client.websocket_connect("/ws"), client.websocket_connect("/ws") as second:
+            with client.websocket_connect("/ws") as third:
+                with pytest.raises(WebSocketDisconnect) as closed:
+                    third.receive_json()
+            second.send_json(run_message(max_new_tokens=2))
+            assert receive_run(second)[-1]["type"] == "run_finished"
+        with client.websocket_connect("/ws") as again:  # a closed connection frees its place
+            again.send_json(run_message(max_new_tokens=2))
+            assert receive_run(again)[-1]["type"] == "run_finished"
+    assert closed.value.code == CLOSE_TOO_MANY_CONNECTIONS and "at most 2" in closed.value.reason
+
+
+def test_one_address_cannot_take_more_than_its_places_in_line(engine):
+    with settings_client(engine, max_runs_per_client=1) as client:
+        with client.websocket_connect("/ws") as first, client.websocket_connect("/ws") as second:
+            first.send_json(run_message(max_new_tokens=LONG))
+            assert first.receive_json()["type"] == "run_started"
+            second.send_json(run_message(max_new_tokens=2))
+            refused = second.receive_json()
+            first.send_json({"type": "cancel"})
+            receive_run(first)
+    assert refused["type"] == "error" and "at most 1 per client address" in refused["message"]
+
+
+def test_a_run_asking_for_more_tokens_than_the_server_allows_is_refused_naming_the_limit(engine):
+    with settings_client(engine, max_run_tokens=100) as client, client.websocket_connect("/ws") as ws:
+        ws.send_json(run_message(max_new_tokens=101))
+        error = ws.receive_json()
+    assert error["type"] == "error" and error["field"] == "max_new_tokens"
+    assert "limit of 100" in error["message"] and "max_run_tokens" in error["message"]
+
+
+def test_a_run_past_the_servers_time_limit_is_stopped_with_an_error_naming_the_limit(engine):
+    with settings_client(engine, max_run_seconds=0.3) as client, client.websocket_connect("/ws") as ws:
+        ws.send_json(run_message(max_new_tokens=LONG))
+        messages = receive_run(ws)
+        ws.send_json(run_message(max_new_tokens=2))  # the connection stays usable
+        assert receive_run(ws)[-1]["type"] == "run_finished"
+    error = messages[-1]
+    assert error["type"] == "error" and "max_run_seconds" in error["message"] and error["run_id"]
+    assert messages[0]["type"] == "run_started" and "run_finished" not in [m["type"] for m in messages]
+
+
+def test_an_idle_socket_is_closed_but_not_while_its_run_goes_on(engine):
+    from starlette.websockets import WebSocketDisconnect
+
+    with settings_client(engine, idle_timeout=0.3) as client, client.websocket_connect("/ws") as ws:
+        ws.send_json(run_message(max_new_tokens=120))  # longer than the idle timeout
+        assert receive_run(ws)[-1]["type"] == "run_finished"
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_json()
+    assert closed.value.code == CLOSE_IDLE and "idle" in closed.value.reason
+
+
+@pytest.mark.parametrize("overrides, field", [({"prompt": "p" * 1100}, "prompt"),
+                                              ({"max_new_tokens": 1023}, "max_new_tokens")])
+def test_a_request_beyond_the_models_context_is_refused_before_it_waits_in_line(client, overrides, field):
+    with client.websocket_connect("/ws") as holder, client.websocket_connect("/ws") as ws:
+        holder.send_json(run_message(max_new_tokens=LONG))
+        assert holder.receive_json()["type"] == "run_started"
+        ws.send_json(run_message(**overrides))
+        first = ws.receive_json()
+        holder.send_json({"type": "cancel"})
+        receive_run(holder)
+    assert first["type"] == "error" and first["field"] == field and "context" in first["message"]
+
+
+def test_a_client_that_sends_its_next_run_the_moment_it_reads_run_finished_is_never_refused(client):
+    with client.websocket_connect("/ws") as ws:
+        for attempt in range(40):
+            ws.send_json(run_message(f"run {attempt}", max_new_tokens=2))
+            last = receive_run(ws)[-1]
+            assert last["type"] == "run_finished", (attempt, last)

@@ -75,9 +75,16 @@ def page(browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+    # The server's Content-Security-Policy blocks inline script and style: a blocked one is a broken page.
+    page.on("console", lambda message: errors.append(message.text) if "Content Security Policy" in message.text
+            else None)
     yield page
     page.close()
     assert not errors, errors
+
+
+# Predicates for wait_for_function are written as functions: a bare expression is polled with eval() in the
+# page, which the server's Content-Security-Policy (no 'unsafe-eval') refuses.
 
 
 def open_page(page, url: str) -> None:
@@ -139,7 +146,7 @@ def test_a_second_tab_waits_its_turn_and_is_told_its_place(browser, page, server
         second.fill("#max-new-tokens", "4")
         second.click("[data-testid=run]")
         second.wait_for_function(
-            "document.querySelector('[data-testid=status]').textContent.includes('place 1 in line')")
+            "() => document.querySelector('[data-testid=status]').textContent.includes('place 1 in line')")
         page.click("[data-testid=stop]")
         second.wait_for_selector("[data-testid=output][data-finished=true]", timeout=120_000)
         assert "finished" in second.inner_text("[data-testid=status]")
@@ -168,14 +175,15 @@ def test_compare_mode_runs_talon_and_eagle_after_ar_and_outputs_are_identical(pa
 def test_replay_of_a_shipped_trace_steps_with_the_keyboard(page, server_url):
     open_page(page, f"{server_url}/?trace=smollm2-talon")
     label = page.locator("#step-timeline .timeline-label")
-    page.wait_for_function("document.querySelectorAll('.timeline-cell').length > 2")
+    page.wait_for_function("() => document.querySelectorAll('.timeline-cell').length > 2")
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
-    page.wait_for_function("document.querySelector('#step-timeline .timeline-label').textContent.startsWith('step 2 ')")
+    page.wait_for_function(
+        "() => document.querySelector('#step-timeline .timeline-label').textContent.startsWith('step 2 ')")
     assert page.locator("[data-testid=tree] [data-status=bonus], [data-testid=tree] [data-status=recovered]").count() == 1
     page.screenshot(path=str(ARTIFACTS / "browser-replay.png"), full_page=True)
     page.keyboard.press("r")
-    page.wait_for_function("document.querySelector('[data-testid=tree]').childElementCount === 0")
+    page.wait_for_function("() => document.querySelector('[data-testid=tree]').childElementCount === 0")
     page.keyboard.press(" ")
     page.wait_for_selector("[data-testid=tree] [data-status]", timeout=10_000)
     assert label.inner_text().startswith("step 1 ")
@@ -186,7 +194,7 @@ def test_output_and_tokens_containing_html_are_shown_as_text_never_run(page, ser
     page.route("**/static/traces/markup.jsonl", lambda route: route.fulfill(
         status=200, content_type="application/x-ndjson", body=markup_trace(markup)))
     open_page(page, f"{server_url}/?trace=markup")
-    page.wait_for_function("document.querySelectorAll('.timeline-cell').length === 1")
+    page.wait_for_function("() => document.querySelectorAll('.timeline-cell').length === 1")
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
     page.wait_for_selector("[data-testid=output][data-finished=true]")

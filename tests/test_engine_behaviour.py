@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from pydantic import ValidationError
 from transformers import PreTrainedTokenizerFast
 from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -9,12 +10,11 @@ from conftest import random_prompts
 from engine.codec import ByteCodec
 from engine.engine import SpecEngine
 from engine.events import TraceWriter, read_trace
-from engine.errors import LoadError
+from engine.errors import LoadError, RequestError
 from engine.loading import load_engine
 from engine.options import EngineOptions
 from engine.policies import POLICIES
-from engine.errors import RequestError
-from engine.request import GenerationRequest
+from engine.request import MIN_TEMPERATURE, GenerationRequest
 from engine.testing import tiny_llama
 
 
@@ -69,6 +69,23 @@ def test_bad_requests_get_a_clear_error_naming_the_field(engine64, request_field
 def test_malformed_requests_are_refused_by_validation(fields):
     with pytest.raises(ValueError):
         GenerationRequest(**fields)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("temperature", 1e-320), ("temperature", 0.009), ("temperature", -0.0001), ("temperature", True),
+    ("temperature", float("inf")), ("top_p", float("nan")), ("max_new_tokens", True), ("max_new_tokens", 2.0),
+    ("top_k", "3"), ("seed", False),
+])
+def test_numbers_are_strict_finite_and_temperature_is_greedy_or_above_its_floor(field, value):
+    with pytest.raises(ValidationError) as refused:
+        GenerationRequest(prompt="a", **{field: value})
+    assert refused.value.errors()[0]["loc"] == (field,)
+
+
+def test_the_temperature_floor_keeps_sampling_finite(engine64):
+    result = engine64.run(GenerationRequest(prompt="hello", policy="talon", temperature=MIN_TEMPERATURE,
+                                            max_new_tokens=8), detail=False)
+    assert result.stop_reason in ("eos", "max_new_tokens") and result.new_tokens >= 1
 
 
 def test_cancel_stops_within_one_step(engine64):

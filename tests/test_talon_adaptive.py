@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.costs import CostTable
+from engine.errors import RequestError
 from engine.policies import POLICIES, make_policy
 from engine.policies.base import PolicyContext, StepOutcome
 from engine.timing import Timings
@@ -32,6 +33,24 @@ def feed(policy: TalonAdaptivePolicy, step: StepOutcome, times: int) -> list:
 
 def test_talon_adaptive_is_registered():
     assert POLICIES["talon-adaptive"] is TalonAdaptivePolicy
+
+
+@pytest.mark.parametrize("params, field, words", [
+    ({"budget": 64, "budget_min": 64, "budget_max": 32}, "params.budget_max", "budget_min 64 is above budget_max 32"),
+    ({"mu_min": 0.2, "mu_max": 0.1, "mu": 0.2}, "params.mu_max", "mu_min 0.2 is above mu_max 0.1"),
+    ({"budget": 300}, "params.budget_max", "budget 300 is above budget_max 256"),
+    ({"budget": 4}, "params.budget_min", "budget_min 8 is above budget 4"),
+    ({"mu": 0.001}, "params.mu_min", "mu_min 0.002 is above mu 0.001"),
+])
+def test_min_max_pairs_out_of_order_are_refused_naming_both(params, field, words):
+    with pytest.raises(RequestError) as refused:
+        make(GPU_LIKE, **params)
+    assert refused.value.field == field and words in str(refused.value)
+
+
+def test_a_start_inside_its_range_is_accepted():
+    policy = make(GPU_LIKE, budget=16, budget_min=16, budget_max=16, mu=0.1, mu_min=0.1, mu_max=0.1)
+    assert (policy.params.budget, policy.params.mu) == (16, 0.1)
 
 
 def test_nothing_changes_before_a_window_is_measured():

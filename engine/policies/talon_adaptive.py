@@ -27,7 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from engine.policies.base import Adjustment, PolicyContext, StepOutcome
 from engine.policies.talon import TalonParams, TalonPolicy
@@ -37,13 +38,35 @@ PRIOR_TOKENS_PER_DOUBLING = 0.3
 
 class TalonAdaptiveParams(TalonParams):
     window: int = Field(3, ge=2, le=128, description="steps measured before each adjustment")
-    budget_min: int = Field(8, ge=1, le=512, description="lowest node budget N")
-    budget_max: int = Field(256, ge=1, le=512, description="highest node budget N")
-    mu_min: float = Field(0.002, gt=0, le=1, description="lowest gate μ")
-    mu_max: float = Field(0.5, gt=0, le=1, description="highest gate μ")
+    budget_min: int = Field(8, ge=1, le=512, validate_default=True, description="lowest node budget N")
+    budget_max: int = Field(256, ge=1, le=512, validate_default=True, description="highest node budget N")
+    mu_min: float = Field(0.002, gt=0, le=1, validate_default=True, description="lowest gate μ")
+    mu_max: float = Field(0.5, gt=0, le=1, validate_default=True, description="highest gate μ")
     budget_factor: float = Field(2.0, gt=1, le=4, description="N is multiplied or divided by this")
     mu_factor: float = Field(2.0, gt=1, le=10, description="μ is multiplied or divided by this")
     tolerance: float = Field(0.03, ge=0, le=0.5, description="a move is undone if throughput falls by more")
+
+    @field_validator("budget_min", "mu_min")
+    @classmethod
+    def _min_not_above_start(cls, low: float, info: ValidationInfo) -> float:
+        start = info.field_name.removesuffix("_min")
+        _check_order(info.field_name, low, start, info.data.get(start))
+        return low
+
+    @field_validator("budget_max", "mu_max")
+    @classmethod
+    def _max_not_below_min_or_start(cls, high: float, info: ValidationInfo) -> float:
+        param = info.field_name.removesuffix("_max")
+        _check_order(f"{param}_min", info.data.get(f"{param}_min"), info.field_name, high)
+        _check_order(param, info.data.get(param), info.field_name, high)
+        return high
+
+
+def _check_order(low_name: str, low: float | None, high_name: str, high: float | None) -> None:
+    """Refuses `low > high`, naming both. A field that failed its own check is absent (None): not compared."""
+    if low is not None and high is not None and low > high:
+        raise PydanticCustomError("min_max_order", "{low_name} {low} is above {high_name} {high}",
+                                  {"low_name": low_name, "low": low, "high_name": high_name, "high": high})
 
 
 @dataclass
