@@ -15,7 +15,7 @@ from engine.drafters.base import Drafter, Proposal
 from engine.drafters.draft_lm import DraftLMDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.engine import SpecEngine
-from engine.lm import CachedLM
+from engine.fastlm import causal_lm
 from engine.policies.base import Decision, LayerSelection, Policy, PolicyParams, Pool
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
@@ -72,8 +72,8 @@ def tiny_engine(seed: int = 0, dtype: torch.dtype = torch.float32, vocab_size: i
                 draft_noise: float = 0.2, sharpness: float = 1.0, codec: Codec | None = None) -> SpecEngine:
     """A tiny target and a noisy copy of it as the draft LM, every drafter wired."""
     target_model = tiny_llama(seed, vocab_size, dtype=dtype, sharpness=sharpness)
-    target = CachedLM(target_model, name="tiny-target")
-    draft = CachedLM(perturbed_copy(target_model, draft_noise, seed + 1), name="tiny-draft")
+    target = causal_lm(target_model, name="tiny-target")
+    draft = causal_lm(perturbed_copy(target_model, draft_noise, seed + 1), name="tiny-draft")
     drafters = {
         "draft-lm": lambda: DraftLMDrafter(draft),
         "prompt-lookup": lambda: PromptLookupDrafter(),

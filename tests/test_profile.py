@@ -10,9 +10,10 @@ import torch
 
 from engine.costs import CostTable, costs_note, resolve_costs
 from engine.errors import LoadError
+from engine.fastlm import causal_lm
 from engine.lm import CachedLM
 from engine.testing import tiny_llama
-from tools.profile import Grid, add_arguments, command, grid_from_args, profile
+from tools.profile import Grid, add_arguments, command, floor_lines, grid_from_args, profile
 
 SMALL = Grid(ns=(1, 8, 64, 256), contexts=(32, 64), batches=(1, 2), repeats=3, warmup=1)
 
@@ -141,3 +142,21 @@ def test_cli_grid_measures_every_n_to_64_on_a_cpu_and_to_128_on_a_gpu():
     args = parser.parse_args([])
     assert grid_from_args(args, "cpu").ns == tuple(range(1, 65))
     assert grid_from_args(args, "cuda").ns == tuple(range(1, 129))
+
+
+def test_profiling_a_lean_lm_times_its_own_forward_and_records_the_floors():
+    lean = causal_lm(tiny_llama(0, hidden=128, layers=2), name="tiny-lean")
+    grid = Grid(ns=(1, 4), contexts=(32,), batches=(1, 2), repeats=1, warmup=0)
+    table = profile(lean, None, grid, progress=False)
+    assert table.meta["forward"] == "lean"
+    floors = table.meta["floors"]["target"]
+    assert floors["read_gb_s"] > 0 and floors["gemm_gflops"] > 0
+    lines = floor_lines(table)
+    assert "memory floor" in lines[1] and "×compute" in lines[1]
+    assert len(lines) == 2 + len(grid.ns)  # one row per n at batch 1
+    assert all("×" in line for line in lines[2:])
+    assert lean.cache_len == 0  # left empty: the engine's next run starts from its own prompt
+
+
+def test_a_table_saved_before_floors_prints_no_floor_lines():
+    assert floor_lines(CostTable.linear(lam=1.0, delta=9.0)) == []
