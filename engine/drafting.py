@@ -2,7 +2,8 @@
 
 This is the one draft loop: the engine calls it every step and the policy
 tests call it with a stub drafter, so what the tests check is what runs.
-Each layer, the drafter proposes children for every frontier node (past a
+Each layer, the drafter proposes for every frontier node as many children as
+the policy asks for, given the tree so far (`children_per_node`; past a
 policy's model budget, only its free ones: a model-free match's continuation); they are
 pooled (`pool_from`) with their cumulative path scores; the policy keeps or
 prunes each candidate and says which kept ones grow further. The loop ends
@@ -66,7 +67,7 @@ def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefi
     frontier, depth = [0], 0
     while frontier and depth < max_depth:
         depth += 1
-        k = policy.children_per_node(depth)
+        k = policy.children_per_node(draft.tree, depth)
         if policy.drafts_from_model(depth):
             proposals = drafter.propose(draft.tree, frontier, k, sample, sampling, generator)
         else:
@@ -76,6 +77,8 @@ def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefi
         if not len(pool):
             break
         selection = policy.select_layer(draft.tree, pool)
+        assert all(d.kept for d, sampled in zip(selection.decisions, pool.sampled) if sampled), \
+            f"{policy.name} pruned a sampled candidate: sampled siblings are lossless only if all are verified"
         frontier = _add_layer(draft, pool, selection)
     return draft
 

@@ -218,6 +218,9 @@ class _Run:
         draft: Draft = grow_tree(self.policy, self.drafter, root, self._depth_room(), self.target.cache_len,
                                  self.request.sampling, self.generator)
         rerank = self.policy.finalize(draft.tree)
+        kept = set(rerank.keep)
+        assert all(node in kept for node in range(len(draft.tree)) if draft.tree.sampled[node]), \
+            f"{self.policy.name} reranked away a sampled node: sampled siblings are lossless only if all are verified"
         verified = draft.tree.subset(rerank.keep)
         self.reporter.drafted(self.steps, draft, rerank, verified)
         new_index = {old: new for new, old in enumerate(sorted(rerank.keep))}

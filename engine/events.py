@@ -152,7 +152,7 @@ class Check(BaseModel):
     token: int
     rule: Literal["greedy", "deterministic", "sampled"]
     p: float  # under the p in force when tried
-    q: float
+    q: float  # the draft's probability of the token; sampled: under the q in force (earlier-drawn siblings removed)
     ratio: float  # acceptance probability: min(1, p/q) sampled, p deterministic, 1 or 0 greedy
     u: float | None  # the uniform draw (None for greedy)
     accepted: bool

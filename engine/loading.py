@@ -26,7 +26,7 @@ from engine.embedded import EMBEDDED_NAME, embedded_model_dir
 from engine.engine import SpecEngine
 from engine.errors import LoadError
 from engine.head import load_head, resolve_head_dir, shipped_head_dir
-from engine.lm import CachedLM
+from engine.fastlm import causal_lm
 from engine.options import EngineOptions
 
 # Which drafter runs when none is asked for: the first one loaded, in this order (chosen by
@@ -35,12 +35,13 @@ DEFAULT_DRAFTERS = ("hybrid", "head", "draft-lm", "suffix", "prompt-lookup")
 
 
 def load_lm(name_or_path: str, device: torch.device, dtype: torch.dtype, label: str | None = None):
-    """A CachedLM and its tokenizer from a hub id or a local folder."""
+    """A cached LM (the lean forward where it supports the model) and its tokenizer from a hub id or a
+    local folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype).to(device)
-    return CachedLM(model, name=label or str(name_or_path)), tokenizer
+    return causal_lm(model, name=label or str(name_or_path)), tokenizer
 
 
 def load_engine(options: EngineOptions | None = None) -> SpecEngine:

@@ -7,6 +7,7 @@ import copy
 from typing import Callable
 
 import torch
+from pydantic import Field
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.codec import ByteCodec, Codec
@@ -15,7 +16,9 @@ from engine.drafters.draft_lm import DraftLMDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SuffixDrafter
 from engine.engine import SpecEngine
+from engine.fastlm import causal_lm
 from engine.lm import CachedLM, ForwardOutput
+from engine.policies.base import Decision, LayerSelection, Policy, PolicyParams, Pool
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
 
@@ -71,8 +74,8 @@ def tiny_engine(seed: int = 0, dtype: torch.dtype = torch.float32, vocab_size: i
                 draft_noise: float = 0.2, sharpness: float = 1.0, codec: Codec | None = None) -> SpecEngine:
     """A tiny target and a noisy copy of it as the draft LM, every drafter wired."""
     target_model = tiny_llama(seed, vocab_size, dtype=dtype, sharpness=sharpness)
-    target = CachedLM(target_model, name="tiny-target")
-    draft = CachedLM(perturbed_copy(target_model, draft_noise, seed + 1), name="tiny-draft")
+    target = causal_lm(target_model, name="tiny-target")
+    draft = causal_lm(perturbed_copy(target_model, draft_noise, seed + 1), name="tiny-draft")
     drafters = {
         "draft-lm": lambda: DraftLMDrafter(draft),
         "prompt-lookup": lambda: PromptLookupDrafter(),
@@ -149,6 +152,7 @@ class CopyLM(CachedLM):
 class StubDrafter(Drafter):
     """Proposes, for every frontier node, children whose draft probabilities `qs_of(node, k)` returns (best
     first), with token ids `token_of(node, rank)`: a policy's decisions on chosen distributions, no model.
+    Each call counts as one draft forward in its `meter`, as a model drafter's layer does (δ).
 
     >>> from engine.drafting import grow_tree
     >>> from engine.policies import make_policy
@@ -171,6 +175,7 @@ class StubDrafter(Drafter):
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool = False,
                 sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None
                 ) -> list[Proposal]:
+        self.meter.forwards += 1  # one draft forward per layer, as a model drafter's
         proposals = []
         for node in frontier:
             qs = self.qs_of(node, k)[:k]
@@ -181,3 +186,32 @@ class StubDrafter(Drafter):
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
                features: torch.Tensor | None = None) -> None:
         pass
+
+
+class SampledTreeParams(PolicyParams):
+    width: int = Field(2, ge=1, le=64, description="children drawn for every node")
+    depth: int = Field(2, ge=1, le=32, description="draft layers")
+
+
+class SampledTreePolicy(Policy):
+    """A full tree of `width` children per node, `depth` layers deep, drawn from q at temperature > 0: several
+    sampled siblings per node, for the distribution tests (register it with `monkeypatch.setitem(POLICIES, …)`).
+
+    No policy of the papers samples more than one child per node: chain samples one, and EAGLE's rerank and
+    TALON's gate choose among children by their path scores, which for drawn children would condition the
+    draw and bias the output (Policy.sample_children). This one keeps every child it is given.
+    """
+
+    name = "sampled-tree"
+    Params = SampledTreeParams
+
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
+        return self.params.width
+
+    def sample_children(self, temperature: float) -> bool:
+        return temperature > 0
+
+    def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
+        grow = pool.depth < self.params.depth
+        reason = "topk" if grow else "depth_limit"
+        return LayerSelection(decisions=[Decision(kept=True, expanded=grow, reason=reason) for _ in range(len(pool))])

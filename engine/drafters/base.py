@@ -29,7 +29,7 @@ class Proposal:
     token: list[int]
     q: list[float]  # draft probability of each child given the node
     source: str
-    sampled: bool = False  # drawn from q_dist (verified against q) rather than chosen deterministically
+    sampled: bool = False  # drawn from q_dist without replacement, listed in draw order, rather than chosen
     q_dist: torch.Tensor | None = None  # [V] draft distribution at the node; required when sampled
 
 

@@ -23,7 +23,7 @@ import torch
 
 from engine.drafters.base import Drafter, Proposal
 from engine.head import Eagle3Head, default_feature_layers, load_head
-from engine.sampling import SamplingParams, probs_from_logits
+from engine.sampling import SamplingParams, draw_without_replacement, probs_from_logits
 from engine.timing import ForwardMeter
 from engine.tree import DraftTree, attention_bias
 
@@ -183,11 +183,10 @@ class EagleHeadDrafter(Drafter):
 
     def _sampled_children(self, node: int, logits: torch.Tensor, k: int, sampling: SamplingParams,
                           generator: torch.Generator) -> Proposal:
-        """k draws without replacement from q, verified against q_dist [V]."""
+        """k draws from q without replacement, in draw order, verified against q_dist [V] in that order."""
         q_dist = probs_from_logits(logits[None], sampling)[0]  # [V] float64
-        k = min(k, int((q_dist > 0).sum()))
-        tokens = torch.multinomial(q_dist.float(), k, replacement=False, generator=generator)
-        return Proposal(node=node, token=tokens.tolist(), q=q_dist[tokens].tolist(), source=self.name,
+        tokens = draw_without_replacement(q_dist, k, generator)
+        return Proposal(node=node, token=tokens, q=q_dist[tokens].tolist(), source=self.name,
                         sampled=True, q_dist=q_dist)
 
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],

@@ -29,7 +29,7 @@ class ChainPolicy(Policy):
     name = "chain"
     Params = ChainParams
 
-    def children_per_node(self, depth: int) -> int:
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return 1
 
     def drafts_from_model(self, depth: int) -> bool:
