@@ -11,10 +11,18 @@ the options name, else the one `specscope profile` saved for this device,
 model and dtype, else an assumed table (a linear fit to a CPU's numbers) whose
 source says "assumed", so that every output can say the costs were not measured.
 
-Lookups follow CAST's select(c): the context is rounded up to the next
-measured context (a longer cache never costs less, so rounding up errs on the
-safe side), likewise the batch; n is interpolated linearly between measured
-values and extrapolated from the last two beyond them.
+Lookups round up, in every axis. The context goes to the next measured
+context (CAST's select(c)), likewise the batch, and n to the next measured n.
+CAST's table holds every n = 1 … N (its key design 1: f(B, c, n) sampled at
+c = kL and n = 1 … N), and so does `specscope profile` up to its limit: a
+forward's time is a staircase in n on a GPU, whose kernels tile the tokens
+(17 cost what 32 do), and a line on a CPU. Between two measured n all a table knows is cost(a) ≤ cost(n) ≤ cost(b);
+a linear interpolation would invent a slope across a step, so that 17 looked
+cheaper than 32 and a cost-aware policy stopped at 17 where 32 came free.
+Rounding up reads cost(b): exact on a table of every n, and elsewhere an
+upper bound that never makes a node look cheaper than it may be. Past the
+largest measured n the cost grows with the mean slope of the last measured
+octave (n_max/2 … n_max), which spans whole steps of a staircase.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from typing import Any
 from engine.embedded import cache_root
 from engine.errors import LoadError
 
-TABLE_VERSION = 1
+TABLE_VERSION = 2  # 2: n is measured at every value up to a limit and looked up rounding up (1: interpolated)
 
 
 @dataclass
@@ -74,7 +82,7 @@ class CostTable:
             return 0.0
         costs = self.target if model == "target" else self.draft_costs()
         row = costs.ms[_bucket(self.batches, batch)][_bucket(self.contexts, context)]
-        return _interpolate(self.ns, _non_decreasing(row), n)
+        return _step_up(self.ns, _non_decreasing(row), n)
 
     def draft_cost(self, n: float, context: int, batch: int = 1) -> float:
         return self.cost(n, context, batch, model="draft")
@@ -95,17 +103,25 @@ class CostTable:
         ms = [[[ratio * ms for ms in row] for row in grid] for grid in self.target.ms]
         return ModelCosts(name="assumed", ms=ms, source="assumed")
 
+    @property
+    def n_grid(self) -> str:
+        """Which n were measured, in words: every n up to a limit, or a grid (then lookups round n up)."""
+        if self.ns == list(range(1, len(self.ns) + 1)):
+            return f"every n from 1 to {self.ns[-1]}"
+        return f"n in {{{', '.join(map(str, self.ns))}}}, each n read at the next measured one"
+
     def select_context(self, context: int) -> int:
         """CAST's select(c): the measured context this lookup reads."""
         return self.contexts[_bucket(self.contexts, context)]
 
     def summary(self, batch: int = 1) -> list[str]:
         """Short lines: verify cost of n tokens over one, and c = draft/target time for one token."""
-        lines = []
+        lines = [f"measured {self.n_grid}"]
         b = _bucket(self.batches, batch)
+        shown = [k for k, n in enumerate(self.ns) if n & (n - 1) == 0 or k == len(self.ns) - 1]  # 1, 2, 4, …, last
         for c, context in enumerate(self.contexts):
             row = self.target.ms[b][c]
-            ratios = ", ".join(f"n={n}: {ms / row[0]:.2f}x" for n, ms in zip(self.ns, row))
+            ratios = ", ".join(f"n={self.ns[k]}: {row[k] / row[0]:.2f}x" for k in shown)
             lines.append(f"target B={self.batches[b]} ctx={context}: n=1 {row[0]:.1f} ms; {ratios}")
             draft = self.draft_costs()
             c_ratio = draft.ms[b][c][0] / row[0]
@@ -116,15 +132,21 @@ class CostTable:
     def to_json(self) -> dict[str, Any]:
         return {
             "version": TABLE_VERSION, "key": self.key, "device": self.device, "dtype": self.dtype,
-            "batches": self.batches, "contexts": self.contexts, "ns": self.ns, "context_step": self.context_step,
+            "batches": self.batches, "contexts": self.contexts, "ns": self.ns, "n_grid": self.n_grid,
+            "context_step": self.context_step,
             "target": self.target.to_json(), "draft": self.draft.to_json() if self.draft else None,
             "meta": self.meta,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "CostTable":
-        if data.get("version") != TABLE_VERSION:
-            raise ValueError(f"cost table version {data.get('version')!r}, expected {TABLE_VERSION}: re-run specscope profile")
+        version = data.get("version")
+        if version == 1:
+            raise ValueError("cost table version 1 measured n only at 1, 2, 4, … and interpolated between them, "
+                             "which hides the steps of a GPU's costs; version 2 measures every n: "
+                             "re-run specscope profile")
+        if version != TABLE_VERSION:
+            raise ValueError(f"cost table version {version!r}, expected {TABLE_VERSION}: re-run specscope profile")
         return cls(device=data["device"], dtype=data["dtype"], batches=data["batches"], contexts=data["contexts"],
                    ns=data["ns"], context_step=data.get("context_step", 128),
                    target=ModelCosts.from_json(data["target"]),
@@ -145,12 +167,13 @@ class CostTable:
 
     @classmethod
     def linear(cls, lam: float, delta: float, draft_lam: float | None = None, draft_delta: float | None = None,
-               ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128), contexts: tuple[int, ...] = (128, 512, 1024),
+               ns: tuple[int, ...] = tuple(range(1, 129)), contexts: tuple[int, ...] = (128, 512, 1024),
                batches: tuple[int, ...] = (1,), name: str = "synthetic") -> "CostTable":
-        """A table with cost λ·n + δ at every context and batch (draft: its own λ, δ; default 0.1× the target's).
+        """A table with cost λ·n + δ at every context and batch (draft: its own λ, δ; default 0.1× the target's),
+        at every n up to 128 by default, as `specscope profile` measures.
 
-        >>> CostTable.linear(2.0, 10.0).cost(3, context=300)
-        16.0
+        >>> CostTable.linear(2.0, 10.0).cost(3, context=300), CostTable.linear(2.0, 10.0).cost(200, context=300)
+        (16.0, 410.0)
         """
         draft_lam = 0.1 * lam if draft_lam is None else draft_lam
         draft_delta = 0.1 * delta if draft_delta is None else draft_delta
@@ -193,17 +216,21 @@ def _bucket(grid: list[int], value: float) -> int:
     return min(bisect.bisect_left(grid, value), len(grid) - 1)
 
 
-def _interpolate(xs: list[int], ys: list[float], x: float) -> float:
-    """Piecewise-linear through (xs, ys), extended linearly past both ends.
+def _step_up(xs: list[int], ys: list[float], x: float) -> float:
+    """ys at the smallest xs ≥ x; past the last, the mean slope of the last octave (xs[-1]/2 … xs[-1]) goes on.
 
-    >>> _interpolate([1, 2, 4], [10.0, 12.0, 20.0], 3), _interpolate([1, 2, 4], [10.0, 12.0, 20.0], 6)
-    (16.0, 28.0)
+    >>> xs, ys = [1, 16, 32, 64], [10.0, 10.0, 12.0, 16.0]
+    >>> _step_up(xs, ys, 17), _step_up(xs, ys, 32), _step_up(xs, ys, 0.5), _step_up(xs, ys, 96)
+    (12.0, 12.0, 10.0, 20.0)
     """
-    if len(xs) == 1:
-        return ys[0]
-    k = min(max(bisect.bisect_right(xs, x) - 1, 0), len(xs) - 2)
-    slope = (ys[k + 1] - ys[k]) / (xs[k + 1] - xs[k])
-    return max(ys[k] + slope * (x - xs[k]), 0.0)
+    k = bisect.bisect_left(xs, x)
+    if k < len(xs):
+        return ys[k]
+    low = max(bisect.bisect_right(xs, xs[-1] / 2) - 1, 0)
+    if xs[low] == xs[-1]:
+        return ys[-1]
+    slope = (ys[-1] - ys[low]) / (xs[-1] - xs[low])
+    return ys[-1] + slope * (x - xs[-1])
 
 
 def _non_decreasing(row: list[float]) -> list[float]:
@@ -249,3 +276,32 @@ def costs_note(table: CostTable) -> str | None:
         return None
     return ("costs are assumed, not measured on this machine: cast and talon-adaptive size their trees from "
             "a generic CPU profile; run `specscope profile` to measure this device")
+
+
+FASTEST = "fastest_policy"  # meta key: the policy `specscope bench --record-default` measured fastest here
+FASTEST_EVIDENCE = "fastest_policy_evidence"  # meta key: the speedups, prompts, date and load behind it
+
+
+def record_fastest(table: CostTable, policy: str, evidence: dict[str, Any]) -> None:
+    """Makes `policy` the table's default, with the measurement that chose it."""
+    table.meta[FASTEST] = policy
+    table.meta[FASTEST_EVIDENCE] = evidence
+
+
+def fastest_policy_note(table: CostTable, default: str) -> str:
+    """Why `default` is the default policy, in one sentence for the command line and the page.
+
+    >>> fastest_policy_note(CostTable.assumed(), "talon")
+    'talon: not measured on this device (run `specscope bench --record-default` to choose the fastest)'
+    """
+    policy = table.meta.get(FASTEST)
+    evidence = table.meta.get(FASTEST_EVIDENCE) or {}
+    if policy != default:
+        return f"{default}: not measured on this device (run `specscope bench --record-default` to choose the fastest)"
+    speedups = evidence.get("speedup_vs_ar", {})
+    ranked = ", ".join(f"{name} {speedup:.2f}×" for name, speedup in
+                       sorted(speedups.items(), key=lambda item: -item[1]))
+    where = f" on {evidence['prompts']} prompts from {evidence['source']}" if "prompts" in evidence else ""
+    when = f", {evidence['date']}" if "date" in evidence else ""
+    load = f", load average {evidence['load_average']:.1f}" if evidence.get("load_average") is not None else ""
+    return f"{policy}: measured fastest on this device{where}{when}{load} (speedup vs ar: {ranked})"

@@ -2,7 +2,9 @@
 
 This is the one draft loop: the engine calls it every step and the policy
 tests call it with a stub drafter, so what the tests check is what runs.
-Each layer, the drafter proposes children for every frontier node; they are
+Each layer, the drafter proposes for every frontier node as many children as
+the policy asks for, given the tree so far (`children_per_node`; past a
+policy's model budget, only its free ones: a model-free match's continuation); they are
 pooled (`pool_from`) with their cumulative path scores; the policy keeps or
 prunes each candidate and says which kept ones grow further. The loop ends
 when no kept node is to grow, when the drafter has nothing to offer, or at
@@ -47,13 +49,13 @@ def pool_from(tree: DraftTree, proposals: list[Proposal], depth: int, prefix_len
     """
     pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], prefix_len=prefix_len)
     for proposal in proposals:
-        for token, q in zip(proposal.token, proposal.q):
-            pool.parent.append(proposal.node)
-            pool.token.append(token)
-            pool.q.append(q)
-            pool.score.append(tree.score[proposal.node] * q)
-            pool.source.append(proposal.source)
-            pool.sampled.append(proposal.sampled)
+        n, above = len(proposal.token), tree.score[proposal.node]
+        pool.parent += [proposal.node] * n
+        pool.token += proposal.token
+        pool.q += proposal.q
+        pool.score += [above * q for q in proposal.q]
+        pool.source += [proposal.source] * n
+        pool.sampled += [proposal.sampled] * n
     return pool
 
 
@@ -65,13 +67,18 @@ def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefi
     frontier, depth = [0], 0
     while frontier and depth < max_depth:
         depth += 1
-        proposals = drafter.propose(draft.tree, frontier, policy.children_per_node(depth), sample, sampling,
-                                    generator)
+        k = policy.children_per_node(draft.tree, depth)
+        if policy.drafts_from_model(depth):
+            proposals = drafter.propose(draft.tree, frontier, k, sample, sampling, generator)
+        else:
+            proposals = drafter.free_proposals(draft.tree, frontier, k)
         draft.dists.update({p.node: p.q_dist for p in proposals if p.sampled})
         pool = pool_from(draft.tree, proposals, depth, prefix_len)
         if not len(pool):
             break
         selection = policy.select_layer(draft.tree, pool)
+        assert all(d.kept for d, sampled in zip(selection.decisions, pool.sampled) if sampled), \
+            f"{policy.name} pruned a sampled candidate: sampled siblings are lossless only if all are verified"
         frontier = _add_layer(draft, pool, selection)
     return draft
 

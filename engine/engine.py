@@ -21,7 +21,7 @@ import torch
 
 from engine.acceptance import Acceptance, accept_greedy, accept_sampled
 from engine.codec import Codec
-from engine.costs import CostTable, costs_note
+from engine.costs import FASTEST, CostTable, costs_note, fastest_policy_note
 from engine.device import clock
 from engine.drafters.base import Drafter
 from engine.drafting import Draft, grow_tree
@@ -37,7 +37,7 @@ from engine.sampling import probs_from_logits
 from engine.timing import Timings
 from engine.tree import DraftTree, position_ids, tree_attention_allowed
 
-DEFAULT_POLICY = "talon"  # where the cost table records no measured fastest policy
+DEFAULT_POLICY = "talon"  # where the cost table records no measured fastest policy (it says so)
 
 
 @dataclass
@@ -71,13 +71,22 @@ class SpecEngine:
 
     @property
     def default_policy(self) -> str:
-        return self.costs.meta.get("fastest_policy", DEFAULT_POLICY)
+        """The policy `specscope bench --record-default` measured fastest on this device, model and dtype,
+        recorded with the cost table; talon where nothing was measured."""
+        recorded = self.costs.meta.get(FASTEST)
+        return recorded if recorded in POLICIES else DEFAULT_POLICY
+
+    @property
+    def default_policy_note(self) -> str:
+        """Which policy a request without one gets, and why."""
+        return fastest_policy_note(self.costs, self.default_policy)
 
     def describe(self) -> EngineInfo:
         return EngineInfo(target=self.target.name, draft=self.draft_lm.name if self.draft_lm else None,
                           device=str(self.target.device), dtype=str(self.target.dtype).removeprefix("torch."),
                           drafters=list(self.drafters), default_drafter=self.default_drafter,
-                          default_policy=self.default_policy, costs=self.costs.target.source,
+                          default_policy=self.default_policy, default_policy_note=self.default_policy_note,
+                          costs=self.costs.target.source,
                           costs_note=costs_note(self.costs))
 
     def costs_note_for(self, policies: list[str]) -> str | None:
@@ -209,6 +218,9 @@ class _Run:
         draft: Draft = grow_tree(self.policy, self.drafter, root, self._depth_room(), self.target.cache_len,
                                  self.request.sampling, self.generator)
         rerank = self.policy.finalize(draft.tree)
+        kept = set(rerank.keep)
+        assert all(node in kept for node in range(len(draft.tree)) if draft.tree.sampled[node]), \
+            f"{self.policy.name} reranked away a sampled node: sampled siblings are lossless only if all are verified"
         verified = draft.tree.subset(rerank.keep)
         self.reporter.drafted(self.steps, draft, rerank, verified)
         new_index = {old: new for new, old in enumerate(sorted(rerank.keep))}

@@ -33,7 +33,8 @@ from engine.timing import Timings
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
-Reason = Literal["topk", "threshold", "below_threshold", "budget", "depth_limit", "rerank", "cost"]
+Reason = Literal["topk", "threshold", "below_threshold", "budget", "depth_limit", "rerank", "cost",
+                 "match"]  # match: a model-free match followed past the policy's draft budget (chain past γ)
 Verdict = Literal["accepted", "rejected", "unreached"]
 EmittedKind = Literal["recovered", "bonus"]
 StopReason = Literal["eos", "max_new_tokens", "cancelled"]
@@ -151,7 +152,7 @@ class Check(BaseModel):
     token: int
     rule: Literal["greedy", "deterministic", "sampled"]
     p: float  # under the p in force when tried
-    q: float
+    q: float  # the draft's probability of the token; sampled: under the q in force (earlier-drawn siblings removed)
     ratio: float  # acceptance probability: min(1, p/q) sampled, p deterministic, 1 or 0 greedy
     u: float | None  # the uniform draw (None for greedy)
     accepted: bool

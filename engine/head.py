@@ -179,7 +179,7 @@ class Eagle3Head(nn.Module):
         assert embed_tokens.shape == (self.vocab_size, hidden), (
             f"target embeddings {tuple(embed_tokens.shape)} do not fit a head of vocab {self.vocab_size}, hidden {hidden}")
         self._embed = embed_tokens  # a plain attribute: not a parameter, not in the state dict
-        self._draft_index: torch.Tensor | None = None  # [V] target id -> draft id, -1 outside
+        self._draft_index: list[int] | None = None  # [V] target id -> draft id, -1 outside
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
@@ -236,8 +236,8 @@ class Eagle3Head(nn.Module):
             return token
         if self._draft_index is None:  # built on first use: the buffers are final by then
             draft_vocab = self.to_target(torch.arange(self.draft_vocab_size, device=self.d2t.device)).cpu()
-            self._draft_index = target_to_draft_map(draft_vocab, self.vocab_size)
-        return int(self._draft_index[token])
+            self._draft_index = target_to_draft_map(draft_vocab, self.vocab_size).tolist()
+        return self._draft_index[token]
 
     def step(self, tokens: torch.Tensor, state: torch.Tensor, positions: torch.Tensor,
              past: tuple[torch.Tensor, torch.Tensor] | None, bias: torch.Tensor):

@@ -27,6 +27,7 @@ class EngineInfo(BaseModel):
     drafters: list[str]
     default_drafter: str
     default_policy: str
+    default_policy_note: str = ""  # why: measured fastest here (with the evidence), or not measured
     costs: Literal["measured", "synthetic", "assumed"]
     costs_note: str | None = None  # what to tell a user when the costs were not measured here
 

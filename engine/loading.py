@@ -21,25 +21,27 @@ from engine.drafters.draft_lm import DraftLMDrafter
 from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.drafters.suffix import SuffixDrafter
 from engine.embedded import EMBEDDED_NAME, embedded_model_dir
 from engine.engine import SpecEngine
 from engine.errors import LoadError
 from engine.head import load_head, resolve_head_dir, shipped_head_dir
-from engine.lm import CachedLM
+from engine.fastlm import causal_lm
 from engine.options import EngineOptions
 
 # Which drafter runs when none is asked for: the first one loaded, in this order (chosen by
 # measurement on held-out prompts; see the head's model card).
-DEFAULT_DRAFTERS = ("hybrid", "head", "draft-lm", "prompt-lookup")
+DEFAULT_DRAFTERS = ("hybrid", "head", "draft-lm", "suffix", "prompt-lookup")
 
 
 def load_lm(name_or_path: str, device: torch.device, dtype: torch.dtype, label: str | None = None):
-    """A CachedLM and its tokenizer from a hub id or a local folder."""
+    """A cached LM (the lean forward where it supports the model) and its tokenizer from a hub id or a
+    local folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype).to(device)
-    return CachedLM(model, name=label or str(name_or_path)), tokenizer
+    return causal_lm(model, name=label or str(name_or_path)), tokenizer
 
 
 def load_engine(options: EngineOptions | None = None) -> SpecEngine:
@@ -50,7 +52,7 @@ def load_engine(options: EngineOptions | None = None) -> SpecEngine:
     target_path = str(embedded_model_dir()) if options.target is None else options.target
     target_name = options.target or EMBEDDED_NAME
     target, tokenizer = load_lm(target_path, device, dtype, label=target_name)
-    drafters: dict[str, Callable[[], Drafter]] = {"prompt-lookup": PromptLookupDrafter}
+    drafters: dict[str, Callable[[], Drafter]] = {"suffix": SuffixDrafter, "prompt-lookup": PromptLookupDrafter}
     draft_lm = None
     if options.draft:
         draft_lm, draft_tokenizer = load_lm(options.draft, device, dtype)

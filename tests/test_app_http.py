@@ -47,7 +47,8 @@ def test_policies_endpoint_serves_the_engine_schemas_with_defaults(client):
 
 def test_info_lists_only_server_loaded_drafters(client):
     info = client.get("/api/info").json()
-    assert info["drafters"] == ["draft-lm", "prompt-lookup"]
+    assert info["drafters"] == ["draft-lm", "prompt-lookup", "suffix"]
+    assert info["default_policy"] == "talon" and "not measured on this device" in info["default_policy_note"]
 
 
 def test_static_files_are_served_and_paths_cannot_escape(client):

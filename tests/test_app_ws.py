@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,6 +28,33 @@ def engine():
 @pytest.fixture(scope="module")
 def client(engine):
     with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: engine)) as client:
+        yield client
+
+
+class SlowSteps:
+    """The tiny engine with every step lasting at least 50 ms, so that how soon a cancel lands can be
+    counted in steps however fast the machine is (the app sees engines only through engine.interface.Engine)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def describe(self):
+        return self.engine.describe()
+
+    def validate(self, request):
+        return self.engine.validate(request)
+
+    def run(self, request, emit=None, cancelled=None, detail=True):
+        def slow(event):
+            if event.type == "step_metrics":
+                time.sleep(0.05)
+            emit(event)
+        return self.engine.run(request, slow, cancelled, detail)
+
+
+@pytest.fixture(scope="module")
+def slow_client(engine):
+    with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: SlowSteps(engine))) as client:
         yield client
 
 
@@ -76,8 +104,8 @@ def test_streamed_output_equals_the_engine_run_directly(client, engine):
     assert streamed["tokens"] == direct.tokens
 
 
-def test_cancel_stops_the_run_within_a_step(client):
-    with client.websocket_connect("/ws") as ws:
+def test_cancel_stops_the_run_within_a_step(slow_client):
+    with slow_client.websocket_connect("/ws") as ws:
         ws.send_json(run_message(max_new_tokens=LONG))
         receive_until(ws, "step_metrics")
         ws.send_json({"type": "cancel"})

@@ -126,6 +126,19 @@ def test_free_extra_nodes_are_taken_when_costs_step():
     assert marginal_walk(utility, cost, threshold=1.0, start=1).count == 8
 
 
+def test_a_staircase_table_makes_cast_take_32_nodes_rather_than_17():
+    """A GPU-like draft: 16 tokens cost one t₁, 17 to 32 cost two. Node 17 alone does not pay for the step
+    (ratio 0.1 per t₁), nodes 17–32 together do (1.015): the frontier is 32. Interpolating the table between
+    its measured n = 16 and 32 would have priced node 17 at 1/16 t₁ and stopped there."""
+    table = CostTable.linear(lam=0.0, delta=10.0, ns=(1, 2, 4, 8, 16, 32, 64))  # t₁ = 10 ms
+    table.draft.ms[0] = [[10.0] * 5 + [20.0, 40.0] for _ in table.contexts]
+    assert table.draft_cost(17, context=300) == table.draft_cost(32, context=300)
+    tree = DraftTree.with_root(0)
+    pool = layer_pool(tree, [0], [0.1] * 17 + [0.061] * 15, depth=1)
+    cast = make_cast(table, c1=1.0, c2=0.0, max_width=32)
+    assert sum(d.expanded for d in cast.select_layer(tree, pool).decisions) == 32
+
+
 def test_confident_drafts_grow_deeper_than_uncertain_ones():
     table = CostTable.linear(1.6, 42.0, draft_lam=0.2, draft_delta=4.0)
     _, peaked_widths = grow(make_cast(table, c1=0.87, c2=0.44, max_width=8, max_depth=16), PEAKED, steps=3)

@@ -26,7 +26,7 @@ def reference(engine64):
             for prompt in PROMPTS}
 
 
-@pytest.mark.parametrize("drafter", ["draft-lm", "prompt-lookup"])
+@pytest.mark.parametrize("drafter", ["draft-lm", "prompt-lookup", "suffix"])
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_greedy_output_identical_to_plain_decoding(engine64, reference, policy, drafter):
     accepted = 0

@@ -8,7 +8,7 @@ import torch
 from conftest import random_prompts
 from engine.codec import ByteCodec
 from engine.drafters.eagle_head import EagleHeadDrafter
-from engine.drafters.hybrid import LOOKUP, HybridDrafter
+from engine.drafters.hybrid import MATCH, HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.engine import SpecEngine
 from engine.head import Eagle3Head, head_config, set_vocab_map
@@ -71,10 +71,10 @@ def test_hybrid_nodes_record_who_proposed_them(engine):
                emit=events.append)
     sources = {c.source for e in events if e.type == "draft_layer" for c in e.candidates}
     assert "head" in sources
-    assert any(LOOKUP in s for s in sources)
+    assert any(MATCH in s for s in sources)
 
 
-def test_lookup_candidate_scored_at_least_by_the_head_probability():
+def test_match_candidate_scored_at_least_by_the_head_probability():
     target_model = tiny_llama(0, layers=6, dtype=torch.float64)
     head = EagleHeadDrafter(random_head(target_model), num_target_layers=6)
     hybrid = HybridDrafter(head)
@@ -87,5 +87,5 @@ def test_lookup_candidate_scored_at_least_by_the_head_probability():
     proposals = hybrid.propose(tree, [0], 2, False, SamplingParams(), torch.Generator())
     head_probs = torch.softmax(head.frontier_logits(tree, [0])[0].double(), -1)
     candidates = {t: (q, p.source) for p in proposals for t, q in zip(p.token, p.q)}
-    assert 3 in candidates and LOOKUP in candidates[3][1]  # "1 2" was followed by 3
+    assert 3 in candidates and MATCH in candidates[3][1]  # "1 2" was followed by 3
     assert candidates[3][0] >= head_probs[3].item() - 1e-12

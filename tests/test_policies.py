@@ -62,6 +62,44 @@ def test_talon_grows_deep_and_narrow_when_confident_and_shallow_and_wide_when_no
     assert widest(uncertain) > widest(confident)
 
 
+@pytest.mark.parametrize("shape, qs_of", [("flat", lambda node, k: [0.02] * k),
+                                           ("peaked", lambda node, k: [0.9] + [0.1 / (k - 1)] * (k - 1))])
+def test_talon_stops_drafting_the_moment_its_budget_is_full(shape, qs_of):
+    """TALON ends growth when a layer fills N: one draft forward per layer of the tree, none wasted."""
+    policy = make_policy("talon", {"budget": 30})
+    drafter = StubDrafter(qs_of)
+    draft = grow_tree(policy, drafter, root=0, max_depth=40)
+    assert len(draft.tree) - 1 == 30, f"the budget binds for a {shape} draft"
+    assert drafter.meter.forwards == draft.tree.max_depth == len(draft.layers)
+    last = draft.layers[-1].selection.decisions
+    assert not any(d.expanded for d in last)
+    assert {d.reason for d in last if d.kept} == {"budget"}
+
+
+def test_talon_pools_every_child_that_can_pass_the_gate_not_only_the_top_k():
+    """A parent at 0.5 with 20 children at q = 0.05 beside one at 0.3 with a child at 0.9: all 21 pass
+    p(u) >= μ·m_d (0.025 and 0.27 against 0.0081), so all 21 are kept, not the top-K of each parent."""
+    children = {0: [0.5, 0.3], 1: [0.05] * 20, 2: [0.9]}
+    policy = make_policy("talon", {"top_k": 10})
+    draft = grow_tree(policy, StubDrafter(lambda node, k: children.get(node, [])[:k]), root=0, max_depth=40)
+    second = draft.layers[1]
+    assert sum(d.kept for d in second.selection.decisions) == 21
+    assert second.selection.anchor == pytest.approx(0.27)
+
+
+def test_talon_with_no_forced_layers_gates_from_the_root():
+    """k = 0, the paper's pure-gating ablation: the root's children pass the gate, not a top-K."""
+    qs_of = lambda node, k: [0.6, 0.3, 0.01] + [0.001] * (k - 3) if node == 0 else []
+    gated = grow_tree(make_policy("talon", {"forced_layers": 0}), StubDrafter(qs_of), root=0, max_depth=40)
+    forced = grow_tree(make_policy("talon", {"forced_layers": 1}), StubDrafter(qs_of), root=0, max_depth=40)
+    first = gated.layers[0]
+    assert first.selection.anchor == pytest.approx(0.6)
+    assert [d.reason for d in first.selection.decisions[:4]] == ["threshold", "threshold", "below_threshold",
+                                                                 "below_threshold"]
+    assert len(first.pool) == 60, "a gated root layer asks for as many children as the budget allows"
+    assert len(gated.tree) - 1 == 2 and len(forced.tree) - 1 == 10
+
+
 def test_eagle_expands_the_top_k_by_path_score_and_reranks_to_m():
     policy = make_policy("eagle", {"depth": 4, "top_k": 3, "total": 10})
     tree, selections = grow(policy, random_qs(3))
@@ -75,6 +113,16 @@ def test_eagle_expands_the_top_k_by_path_score_and_reranks_to_m():
     kept = set(rerank.keep)
     assert all(tree.parent[i] in kept for i in rerank.keep[1:]), "the reranked tree is ancestor-closed"
     assert all(d.reason == "rerank" for d in rerank.pruned.values())
+
+
+def test_eagle_at_the_eagle3_setting_talon_reports_drafts_nine_layers_in_nine_forwards():
+    """TALON's EAGLE-3 baseline: D = 8 in EAGLE's count, K = 10, δ = D + 1 = 9; here `depth=9`."""
+    policy = make_policy("eagle", {"depth": 9})
+    drafter = StubDrafter(random_qs(4))
+    draft = grow_tree(policy, drafter, root=0, max_depth=40)
+    assert drafter.meter.forwards == draft.tree.max_depth == 9
+    assert len(draft.tree) - 1 == 10 + 8 * 100, "K children for each of K frontier nodes on every layer past the first"
+    assert len(policy.finalize(draft.tree).keep) == 61
 
 
 def test_rerank_keeps_ancestor_closure_under_ties():

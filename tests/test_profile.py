@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 import torch
 
 from engine.costs import CostTable, costs_note, resolve_costs
 from engine.errors import LoadError
+from engine.fastlm import causal_lm
 from engine.lm import CachedLM
 from engine.testing import tiny_llama
-from tools.profile import Grid, add_arguments, command, grid_from_args, profile
+from tools.profile import Grid, add_arguments, command, floor_lines, grid_from_args, profile
 
 SMALL = Grid(ns=(1, 8, 64, 256), contexts=(32, 64), batches=(1, 2), repeats=3, warmup=1)
 
@@ -57,14 +59,40 @@ def test_profiled_cost_grows_with_new_tokens_within_noise(tiny_table):
             assert all(later >= earlier - max(10.0, 0.5 * earlier) for earlier, later in zip(row, row[1:]))
 
 
-def test_cost_interpolates_in_n_and_rounds_context_and_batch_up():
+def test_cost_rounds_n_context_and_batch_up_to_the_next_measured_value():
     table = CostTable.linear(lam=2.0, delta=10.0, ns=(1, 2, 4, 8), contexts=(128, 512), batches=(1, 4))
     table.target.ms[1][1] = [100.0 * n for n in (1, 2, 4, 8)]  # batch 4, context 512
-    assert table.cost(6, context=100) == pytest.approx(22.0)
-    assert table.cost(16, context=100) == pytest.approx(42.0)  # extrapolated from the last two points
-    assert table.cost(3, context=300, batch=2) == pytest.approx(300.0)  # select(c): 512, batch bucket 4
+    assert table.cost(3, context=100) == pytest.approx(18.0)  # read at n = 4: no slope between measured n
+    assert table.cost(8, context=100) == pytest.approx(26.0)
+    assert table.cost(16, context=100) == pytest.approx(42.0)  # past the grid: the last octave's slope, 2 per n
+    assert table.cost(3, context=300, batch=2) == pytest.approx(400.0)  # select(c): 512, batch bucket 4
     assert table.select_context(129) == 512 and table.select_context(5000) == 512
     assert table.cost(0, context=100) == 0.0
+
+
+def test_a_staircase_between_measured_n_is_not_smoothed_into_a_slope():
+    """17 tokens cost what 32 do on a GPU; a table measured at 16 and 32 must not say 17 is cheaper."""
+    table = CostTable.linear(lam=0.0, delta=10.0, ns=(1, 16, 32, 64))
+    table.target.ms[0][0] = [10.0, 10.0, 12.0, 14.0]
+    assert [table.cost(n, context=100) for n in (16, 17, 31, 32, 33)] == [10.0, 12.0, 12.0, 12.0, 14.0]
+
+
+def test_a_table_says_whether_it_measured_every_n():
+    assert CostTable.linear(1.0, 2.0, ns=tuple(range(1, 65))).n_grid == "every n from 1 to 64"
+    sparse = CostTable.linear(1.0, 2.0, ns=(1, 2, 4))
+    assert "next measured" in sparse.n_grid and sparse.to_json()["n_grid"] == sparse.n_grid
+    assert sparse.summary()[0] == f"measured {sparse.n_grid}"
+
+
+def test_a_version_1_table_is_refused_with_the_reason_and_the_cure(tmp_path):
+    data = CostTable.linear(1.0, 2.0).to_json() | {"version": 1}
+    with pytest.raises(ValueError, match="interpolated.*re-run specscope profile"):
+        CostTable.from_json(data)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(LoadError, match="version 1"):
+        resolve_costs(path, tmp_path / "saved.json")
+    assert resolve_costs(None, path).target.source == "assumed", "an old saved table is not read"
 
 
 def test_measured_dips_in_cost_are_smoothed_to_non_decreasing():
@@ -103,4 +131,32 @@ def test_cli_grid_rounds_contexts_to_the_step_and_caps_n():
     args = parser.parse_args(["--contexts", "100,512", "--context-step", "128", "--n-max", "32"])
     grid = grid_from_args(args)
     assert grid.contexts == (128, 512)
-    assert max(grid.ns) == 32 and grid.batches == (1, 2, 4)
+    assert grid.ns == tuple(range(1, 33)) and grid.batches == (1, 2, 4)
+    chosen = parser.parse_args(["--ns", "1,2,4,16,17,32,64", "--n-max", "32"])
+    assert grid_from_args(chosen).ns == (1, 2, 4, 16, 17, 32)
+
+
+def test_cli_grid_measures_every_n_to_64_on_a_cpu_and_to_128_on_a_gpu():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([])
+    assert grid_from_args(args, "cpu").ns == tuple(range(1, 65))
+    assert grid_from_args(args, "cuda").ns == tuple(range(1, 129))
+
+
+def test_profiling_a_lean_lm_times_its_own_forward_and_records_the_floors():
+    lean = causal_lm(tiny_llama(0, hidden=128, layers=2), name="tiny-lean")
+    grid = Grid(ns=(1, 4), contexts=(32,), batches=(1, 2), repeats=1, warmup=0)
+    table = profile(lean, None, grid, progress=False)
+    assert table.meta["forward"] == "lean"
+    floors = table.meta["floors"]["target"]
+    assert floors["read_gb_s"] > 0 and floors["gemm_gflops"] > 0
+    lines = floor_lines(table)
+    assert "memory floor" in lines[1] and "×compute" in lines[1]
+    assert len(lines) == 2 + len(grid.ns)  # one row per n at batch 1
+    assert all("×" in line for line in lines[2:])
+    assert lean.cache_len == 0  # left empty: the engine's next run starts from its own prompt
+
+
+def test_a_table_saved_before_floors_prints_no_floor_lines():
+    assert floor_lines(CostTable.linear(lam=1.0, delta=9.0)) == []

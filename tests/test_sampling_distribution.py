@@ -4,6 +4,11 @@ On a 4-token vocabulary (id 3 ends the turn) the joint distribution of the
 first three sampled tokens is known exactly from the target; a chi-square test
 compares it with thousands of seeded speculative runs. The same test catches
 a deliberately biased sampler, so passing it means something.
+
+No policy of the papers samples more than one child per node, so a test policy
+does (`sampled-tree`: two drawn children for every node, two layers): the walk
+over sampled siblings is checked here end to end, and its old fault (siblings
+tried best q first instead of in draw order) fails the same test.
 """
 
 from collections import Counter
@@ -16,7 +21,7 @@ from engine import acceptance
 from engine.policies import POLICIES
 from engine.request import GenerationRequest
 from engine.sampling import SamplingParams, probs_from_logits
-from engine.testing import SymbolCodec, tiny_engine
+from engine.testing import SampledTreePolicy, SymbolCodec, tiny_engine
 
 VOCAB = 4
 EOS = VOCAB - 1
@@ -30,6 +35,12 @@ P_FLOOR = 1e-3
 def engine():
     return tiny_engine(seed=5, dtype=torch.float64, vocab_size=VOCAB, draft_noise=0.6, sharpness=6.0,
                        codec=SymbolCodec(VOCAB))
+
+
+@pytest.fixture(autouse=True)
+def sampled_tree(monkeypatch):
+    """The test policy that samples several siblings per node, registered for these tests only."""
+    monkeypatch.setitem(POLICIES, SampledTreePolicy.name, SampledTreePolicy)
 
 
 def exact_joint(engine, sampling: SamplingParams) -> dict[tuple[int, ...], float]:
@@ -52,9 +63,10 @@ def exact_joint(engine, sampling: SamplingParams) -> dict[tuple[int, ...], float
     return joint
 
 
-def sample_outcomes(engine, policy: str, sampling: SamplingParams, drafter: str = "draft-lm") -> Counter:
+def sample_outcomes(engine, policy: str, sampling: SamplingParams, drafter: str = "draft-lm",
+                    samples: int = SAMPLES) -> Counter:
     counts = Counter()
-    for seed in range(SAMPLES):
+    for seed in range(samples):
         request = GenerationRequest(prompt=PROMPT, policy=policy, drafter=drafter, max_new_tokens=TOKENS,
                                     temperature=sampling.temperature, top_p=sampling.top_p, seed=seed)
         counts[tuple(engine.run(request, detail=False).tokens)] += 1
@@ -64,15 +76,16 @@ def sample_outcomes(engine, policy: str, sampling: SamplingParams, drafter: str 
 def chi_square_p(counts: Counter, joint: dict) -> float:
     """p-value of the observed outcomes under the exact joint; sparse cells pooled so each expects ≥ 5."""
     assert set(counts) <= set(joint), "an outcome the target gives probability 0"
+    samples = sum(counts.values())
     cells = sorted(joint, key=lambda outcome: -joint[outcome])
     observed, expected, pooled_o, pooled_e = [], [], 0, 0.0
     for outcome in cells:
-        if joint[outcome] * SAMPLES >= 5:
+        if joint[outcome] * samples >= 5:
             observed.append(counts[outcome])
-            expected.append(joint[outcome] * SAMPLES)
+            expected.append(joint[outcome] * samples)
         else:
             pooled_o += counts[outcome]
-            pooled_e += joint[outcome] * SAMPLES
+            pooled_e += joint[outcome] * samples
     if pooled_e > 0:
         observed.append(pooled_o)
         expected.append(pooled_e)
@@ -80,14 +93,14 @@ def chi_square_p(counts: Counter, joint: dict) -> float:
     return chisquare(observed, [e * scale for e in expected]).pvalue
 
 
-@pytest.mark.parametrize("policy", sorted(p for p in POLICIES if POLICIES[p].drafts) + ["ar"])
+@pytest.mark.parametrize("policy", sorted(p for p in POLICIES if POLICIES[p].drafts) + ["ar", "sampled-tree"])
 def test_sampling_preserves_target_distribution(engine, policy):
     sampling = SamplingParams(temperature=1.0)
     p_value = chi_square_p(sample_outcomes(engine, policy, sampling), exact_joint(engine, sampling))
     assert p_value > P_FLOOR, f"{policy}: p = {p_value:.2e}"
 
 
-@pytest.mark.parametrize("policy", ["chain", "talon"])
+@pytest.mark.parametrize("policy", ["chain", "talon", "sampled-tree"])
 def test_sampling_with_top_p_preserves_target_distribution(engine, policy):
     sampling = SamplingParams(temperature=1.0, top_p=0.8)
     p_value = chi_square_p(sample_outcomes(engine, policy, sampling), exact_joint(engine, sampling))
@@ -104,7 +117,27 @@ def test_a_sampler_without_the_residual_fails_the_same_test(engine, policy, monk
     assert p_value < P_FLOOR, f"{policy}: the biased sampler passed with p = {p_value:.2e}"
 
 
+def test_sampled_siblings_tried_best_q_first_fail_the_same_test(engine, monkeypatch):
+    """The old walk's ordering: sampled siblings sorted by q rather than tried in the order they were drawn.
+    The bias is gross on this draft (p ≈ 1e-260 at 3000 samples), so 600 samples show it."""
+    original = acceptance.children_lists
+    monkeypatch.setattr(acceptance, "children_lists",
+                        lambda tree: [sorted(kids, key=lambda c: -tree.q[c]) for kids in original(tree)])
+    sampling = SamplingParams(temperature=1.0)
+    counts = sample_outcomes(engine, "sampled-tree", sampling, samples=600)
+    p_value = chi_square_p(counts, exact_joint(engine, sampling))
+    assert p_value < P_FLOOR, f"the old ordering passed with p = {p_value:.2e}"
+
+
 def test_same_seed_same_sample(engine):
     request = GenerationRequest(prompt=PROMPT, policy="talon", temperature=1.0, seed=7, max_new_tokens=8)
     assert engine.run(request, detail=False).tokens == engine.run(request, detail=False).tokens
 
+
+
+@pytest.mark.parametrize("policy", ["chain", "talon"])
+def test_sampling_with_the_suffix_drafter_preserves_target_distribution(engine, policy):
+    """Point-mass children from text matches, followed past γ by chain: still the target's distribution."""
+    sampling = SamplingParams(temperature=1.0)
+    p_value = chi_square_p(sample_outcomes(engine, policy, sampling, drafter="suffix"), exact_joint(engine, sampling))
+    assert p_value > P_FLOOR, f"{policy}: p = {p_value:.2e}"

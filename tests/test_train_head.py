@@ -163,3 +163,51 @@ def test_model_card_lists_acceptance_by_depth():
                            "tau_tree": {4: 2.5}, "positions": 100, "depth": 2}}
     card = model_card(metrics)
     assert "| 1 | 0.600 | 0.600 |" in card and "top-4 tree τ = 2.50" in card
+
+
+def chat_tokenizer():
+    from test_engine_behaviour import word_tokenizer
+
+    words = ["<unk>", "<eos>", "<user>", "<bot>"] + [f"w{i}" for i in range(256)]  # the tiny vocabulary: 260
+    tokenizer = word_tokenizer(words)
+    tokenizer.chat_template = ("{% for m in messages %}<{{ 'bot' if m['role'] == 'assistant' else 'user' }}> "
+                               "{{ m['content'] }} <eos>{% endfor %}{% if add_generation_prompt %}<bot>{% endif %}")
+    return tokenizer
+
+
+def test_the_mix_covers_every_kind_resumes_and_conversations_end_with_a_user_turn(tmp_path):
+    from tools.training.mix import MIX_FIRST_ID, Writer, build_mix
+
+    target = tiny_llama(0, layers=LAYERS)
+    writer = Writer(target, chat_tokenizer(), {1}, 1, batch_size=16, seed=0, log=lambda *a: None)
+    rows = build_mix(writer, 30, tmp_path / "mix")
+    kinds = {r["kind"] for r in rows}
+    assert {"code", "maths"} <= kinds and kinds <= {"self-written", "copy", "multi-turn", "code", "maths"}
+    assert sorted(r["id"] for r in rows) == list(range(MIX_FIRST_ID, MIX_FIRST_ID + len(rows)))
+    for row in rows:
+        assert ("prompt" in row) != ("messages" in row)
+        if "messages" in row:
+            assert [m["role"] for m in row["messages"]] == ["user", "assistant", "user"]
+    assert writer.tokens > 0 and writer.tokens_per_s > 0
+    assert build_mix(writer, 30, tmp_path / "mix") == rows  # resumed from disk, nothing written again
+
+
+def test_a_trained_head_is_measured_on_benchmark_answers_it_never_saw(tmp_path):
+    from tools.train_head import evaluate_existing
+
+    target = tiny_llama(0, layers=LAYERS)
+    options = tiny_options(tmp_path)
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("".join(json.dumps({"question_id": i, "category": "c", "turns": [f"question {i}", "again"]})
+                             + "\n" for i in range(3)))
+    options.eval_benches = (bench,)
+    metrics = train_head(target, None, options, {TINY_EOS}, TINY_EOS, log=lambda *a: None)
+    assert set(metrics["evaluation"]) == {"held-out", "bench"}
+    assert "| bench |" in (options.out / "README.md").read_text()
+    train_ids = {s.prompt_id for s in load_chunks(options.work / "train")}
+    bench_ids = {s.prompt_id for s in load_chunks(options.work / "eval-bench")}
+    assert len(bench_ids) == 3 and not train_ids & bench_ids
+    options.out = tmp_path / "evaluation"
+    results = evaluate_existing(target, None, tmp_path / "head", options, {TINY_EOS}, TINY_EOS, log=lambda *a: None)
+    assert results["bench"].top1 == metrics["evaluation"]["bench"]["top1"]
+    assert "| bench |" in (tmp_path / "evaluation" / "evaluation.md").read_text()

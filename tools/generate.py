@@ -59,6 +59,9 @@ def command(args: argparse.Namespace) -> int:
         if stream and isinstance(event, TextDelta):
             print(event.text, end="", flush=True)
 
+    default_note = None if args.policy else engine.default_policy_note
+    if default_note and stream:
+        print(f"default policy {default_note}", flush=True)
     try:
         result = engine.run(request, emit=emit, detail=trace is not None)
     finally:
@@ -71,6 +74,8 @@ def command(args: argparse.Namespace) -> int:
     note = engine.costs_note_for([result.policy] + ([other.policy] if other else []))
     if args.json:
         summary = _json_summary(result, other, [event.params for event in started])
+        if default_note:
+            summary["default_policy_note"] = default_note
         print(json.dumps({**summary, "costs_note": note} if note else summary))
         return 0
     print()

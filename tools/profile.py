@@ -2,11 +2,20 @@
 
 For every batch size B, context length (multiples of a step L) and number of
 new tokens n, the model runs one forward of B×n tokens on a cache that
-already holds the context, under the same 4-D float mask a tree verify uses.
+already holds the context, under the mask a tree verify uses: at batch 1
+through the cached LM the engine verifies with (the lean forward of
+engine/fastlm.py where it runs the model), at B > 1 through Hugging Face's
+batched forward. n takes every value from 1 to a limit (64 on a CPU, 128 on a
+GPU), as CAST's table does: a GPU's cost is a staircase in n that no sparse
+grid can show, and lookups between measured n round up rather than
+interpolate (engine/costs.py). `--ns` measures a chosen grid instead (dense
+where the costs step); the table says which it holds.
 Each cell gets warm-up runs, then the median of repeated timed runs
 (synchronised on GPU). The table is saved under a key of device, model and
 dtype (default `~/.cache/specscope/costs/<key>.json`), where `load_engine`
-finds it for cast and talon-adaptive (engine/costs.py `resolve_costs`).
+finds it for cast and talon-adaptive (engine/costs.py `resolve_costs`). It
+also records the memory and compute floors measured on the device
+(engine/floors.py), printed beside it with each time's ratio to them.
 """
 
 from __future__ import annotations
@@ -22,13 +31,14 @@ from typing import Any, Callable
 import torch
 
 from engine import kvcache
-from engine.costs import CostTable, ModelCosts, saved_table_path
+from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts, saved_table_path
 from engine.device import clock, device_name
+from engine.floors import Floors, measure_floors, model_floors
 from engine.loading import load_engine
 from engine.options import EngineOptions
 from engine.tree import attention_bias, tree_attention_allowed
 
-DEFAULT_NS = (1, 2, 4, 8, 16, 32, 64, 96, 128)
+N_MAX_CPU, N_MAX_GPU = 64, 128  # every n up to this is measured by default
 DEFAULT_CONTEXTS = (128, 512, 1024)
 DEFAULT_BATCHES = (1, 2, 4)
 
@@ -37,7 +47,7 @@ DEFAULT_BATCHES = (1, 2, 4)
 class Grid:
     """What to measure: every (batch, context, n) cell, `repeats` timed runs after `warmup`."""
 
-    ns: tuple[int, ...] = DEFAULT_NS
+    ns: tuple[int, ...] = tuple(range(1, N_MAX_CPU + 1))
     contexts: tuple[int, ...] = DEFAULT_CONTEXTS
     batches: tuple[int, ...] = DEFAULT_BATCHES
     context_step: int = 128
@@ -87,9 +97,29 @@ def time_forward(model: torch.nn.Module, cache: kvcache.Cache, n: int, context: 
     return elapsed
 
 
-def measure_row(model: torch.nn.Module, cache: kvcache.Cache, ns: tuple[int, ...], context: int, batch: int,
-                repeats: int, warmup: int, tick: Callable[[str], None], statistic: str = "median") -> list[float]:
-    """Median (or minimum) ms for every n at one (batch, context).
+def lm_timer(lm: Any, context: int) -> Callable[[int], float]:
+    """Times the LM's own verify forward (the lean one where the engine runs it): an n-token chain given
+    as a tree, the call and mask a verify makes, on `context` cached random tokens."""
+    vocab = int(lm.config.vocab_size)
+    lm.reset()
+    lm.forward_chain(torch.randint(0, vocab, (context,)).tolist())
+
+    def time_n(n: int) -> float:
+        tokens = torch.randint(0, vocab, (n,)).tolist()
+        allowed = tree_attention_allowed([-1] + list(range(n - 1)), prefix_len=context)  # [n, C + n]
+        positions = torch.arange(context, context + n)
+        start = clock(lm.device)
+        lm.forward_tree(tokens, positions, allowed)
+        elapsed = (clock(lm.device) - start) * 1000
+        lm.crop(context)
+        return elapsed
+
+    return time_n
+
+
+def measure_row(time_n: Callable[[int], float], ns: tuple[int, ...], repeats: int, warmup: int,
+                tick: Callable[[str], None], label: str, statistic: str = "median") -> list[float]:
+    """Median (or minimum) ms for every n, `time_n(n)` timing one forward.
 
     Repeats are the outer loop: on a shared machine a burst of load then lands on one run of
     many n, which the median discards, rather than on every run of one n.
@@ -97,59 +127,86 @@ def measure_row(model: torch.nn.Module, cache: kvcache.Cache, ns: tuple[int, ...
     times: dict[int, list[float]] = {n: [] for n in ns}
     for run in range(warmup + repeats):
         for n in ns:
-            elapsed = time_forward(model, cache, n, context, batch)
+            elapsed = time_n(n)
             if run >= warmup:
                 times[n].append(elapsed)
             if run == warmup + repeats - 1:
-                tick(f"B={batch} ctx={context} n={n}")
+                tick(f"{label} n={n}")
     summarise = min if statistic == "min" else statistics.median
     return [summarise(times[n]) for n in ns]
 
 
-def measure_model(model: torch.nn.Module, grid: Grid, tick: Callable[[str], None] = lambda _: None
-                  ) -> list[list[list[float]]]:
-    """ms[b][c][k] over grid.batches × grid.contexts × grid.ns."""
+def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: None) -> list[list[list[float]]]:
+    """ms[b][c][k] over grid.batches × grid.contexts × grid.ns.
+
+    Batch 1 runs through the cached LM itself (`lm_timer`), as the engine verifies; the engine never
+    batches sequences, so the rows of B > 1 (what CAST reads for a batched what-if) time Hugging Face's
+    own batched forward on the same weights. A bare model is timed through Hugging Face's forward throughout.
+    """
+    bare = isinstance(lm, torch.nn.Module)
+    model = lm if bare else lm.model
     device = next(model.parameters()).device
     table = []
     for batch in grid.batches:
         rows = []
         for context in grid.contexts:
-            cache = _filled_cache(model, context, batch, device)
-            rows.append(measure_row(model, cache, grid.ns, context, batch, grid.repeats, grid.warmup, tick,
+            if batch == 1 and not bare:
+                time_n = lm_timer(lm, context)
+            else:
+                cache = _filled_cache(model, context, batch, device)
+                time_n = lambda n, cache=cache, context=context, batch=batch: time_forward(model, cache, n, context,
+                                                                                         batch)
+            rows.append(measure_row(time_n, grid.ns, grid.repeats, grid.warmup, tick, f"B={batch} ctx={context}",
                                     grid.statistic))
         table.append(rows)
+    if not bare:
+        lm.reset()  # left empty: the engine's next run starts from its own prompt
     return table
 
 
 def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress: bool = True,
-            device_label: str | None = None) -> CostTable:
+            device_label: str | None = None, floors: bool = True) -> CostTable:
     """Measures the target (and the draft, when it is a model) and returns their cost table.
 
-    `target` and `draft` are CachedLMs (anything with `.model` and `.name`) or bare models.
+    `target` and `draft` are cached LMs (anything with `.model`, `.name` and the forward methods) or bare
+    models. With `floors`, the table's meta also holds each model's memory and compute floors
+    (engine/floors.py), measured on this device.
     """
     from tqdm import tqdm
 
-    target_model, target_name = _model_and_name(target)
-    models = [(target_model, target_name)]
-    if draft is not None:
-        models.append(_model_and_name(draft))
-    bar = tqdm(total=grid.cells * len(models), desc="profile", unit="cell", disable=not progress)
+    lms = [target] + ([draft] if draft is not None else [])
+    bar = tqdm(total=grid.cells * len(lms), desc="profile", unit="cell", disable=not progress)
     measured = []
-    for model, name in models:
+    for lm in lms:
+        name = _model_and_name(lm)[1]
+
         def tick(label: str, name: str = name) -> None:
             bar.set_postfix_str(f"{name} {label}")
             bar.update()
-        measured.append(ModelCosts(name=name, ms=measure_model(model, grid, tick)))
+        measured.append(ModelCosts(name=name, ms=measure_model(lm, grid, tick)))
     bar.close()
+    target_model = _model_and_name(target)[0]
     param = next(target_model.parameters())
+    meta = {"repeats": grid.repeats, "warmup": grid.warmup, "statistic": grid.statistic,
+            "threads": torch.get_num_threads(), "load_average": _load_average(), "forward": _forward_kind(target),
+            "torch": torch.__version__, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if floors:
+        rates = measure_floors(target_model)
+        meta["floors"] = {"target": rates.to_json()}
+        if draft is not None:
+            meta["floors"]["draft"] = model_floors(_model_and_name(draft)[0], rates.read_gb_s,
+                                                   rates.gemm_gflops).to_json()
     return CostTable(
         device=device_label or device_name(param.device), dtype=str(param.dtype).replace("torch.", ""),
         batches=list(grid.batches), contexts=list(grid.contexts), ns=list(grid.ns),
         target=measured[0], draft=measured[1] if draft is not None else None, context_step=grid.context_step,
-        meta={"repeats": grid.repeats, "warmup": grid.warmup, "statistic": grid.statistic,
-              "threads": torch.get_num_threads(), "load_average": _load_average(),
-              "torch": torch.__version__, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        meta=meta,
     )
+
+
+def _forward_kind(lm: Any) -> str:
+    """Which forward batch 1 was timed through: "lean" (engine/fastlm.py) or "plain" (Hugging Face's)."""
+    return "lean" if type(lm).__name__ == "FastLM" else "plain"
 
 
 def _load_average() -> float | None:
@@ -176,19 +233,24 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
-def grid_from_args(args: argparse.Namespace) -> Grid:
-    """The grid the CLI asked for; contexts rounded up to multiples of the step L."""
+def grid_from_args(args: argparse.Namespace, device_type: str = "cpu") -> Grid:
+    """The grid the CLI asked for: every n up to --n-max (by default 64 on a CPU, 128 on a GPU) or the --ns
+    given, capped at --n-max; contexts rounded up to multiples of the step L."""
     step = args.context_step
     contexts = tuple(sorted({-(-c // step) * step for c in args.contexts}))
-    ns = tuple(n for n in args.ns if n <= args.n_max) or (1,)
+    n_max = args.n_max or (N_MAX_CPU if device_type == "cpu" else N_MAX_GPU)
+    ns = tuple(n for n in args.ns if n <= n_max) if args.ns else tuple(range(1, n_max + 1))
+    ns = ns or (1,)
     return Grid(ns=ns, contexts=contexts, batches=args.batches, context_step=step,
                 repeats=args.repeats, warmup=args.warmup, statistic=args.statistic)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="table path (default: the user cache, keyed)")
-    parser.add_argument("--ns", type=_int_list, default=DEFAULT_NS, help="new tokens per forward, e.g. 1,2,4,8")
-    parser.add_argument("--n-max", type=int, default=max(DEFAULT_NS), help="drop ns above this")
+    parser.add_argument("--ns", type=_int_list, default=None,
+                        help="measure only these new-token counts, e.g. 1,2,…,16,24,32 (default: every n up to --n-max)")
+    parser.add_argument("--n-max", type=int, default=None,
+                        help=f"every n up to this is measured (default {N_MAX_CPU} on a CPU, {N_MAX_GPU} on a GPU)")
     parser.add_argument("--contexts", type=_int_list, default=DEFAULT_CONTEXTS, help="cached tokens, e.g. 128,512")
     parser.add_argument("--context-step", type=int, default=128, help="contexts are multiples of this step (L)")
     parser.add_argument("--batches", type=_int_list, default=DEFAULT_BATCHES, help="batch sizes, e.g. 1,2,4")
@@ -197,6 +259,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="summary of the timed runs; min suits a machine shared with other jobs")
     parser.add_argument("--no-draft", action="store_true", help="measure the target only")
+    parser.add_argument("--pick-default", action="store_true",
+                        help="then run a short interleaved bench (4 held-out prompts × 64 tokens, every policy) and "
+                             "record the fastest as the default policy, as `specscope bench --record-default` does")
 
 
 def command(args: argparse.Namespace, engine: Any | None = None) -> int:
@@ -204,8 +269,9 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     if engine is None:
         engine = load_engine(EngineOptions.from_args(args))
     draft = None if args.no_draft else engine.draft_lm
-    grid = grid_from_args(args)
+    grid = grid_from_args(args, engine.target.device.type)
     table = profile(engine.target, draft, grid)
+    _keep_recorded_default(engine.costs, table)
     path = table.save(args.out or saved_table_path(table.device, engine.target.name, table.dtype))
     print(f"wrote {path}")
     load = table.meta.get("load_average")
@@ -214,4 +280,50 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
               f"and noisy; re-run on a quiet machine (or with --statistic min)")
     for line in table.summary():
         print("  " + line)
+    for line in floor_lines(table):
+        print("  " + line)
+    if args.pick_default:
+        _pick_default(engine, table, path)
     return 0
+
+
+def _keep_recorded_default(old: CostTable, new: CostTable) -> None:
+    """A re-measured table keeps the default policy a bench recorded in the one it replaces."""
+    for key in (FASTEST, FASTEST_EVIDENCE):
+        if key in old.meta:
+            new.meta[key] = old.meta[key]
+
+
+def _pick_default(engine: Any, table: CostTable, path: Path) -> None:
+    """A short interleaved bench of every policy on the new table; the fastest becomes the default."""
+    from engine.policies import POLICIES
+    from engine.policies.base import PolicyContext
+    from tools.bench import PolicySpec, held_out_prompts, markdown_table, record_default, run_bench
+
+    engine.context = PolicyContext(costs=table)
+    report = run_bench(engine, held_out_prompts(4), [PolicySpec.parse(name) for name in POLICIES], 64)
+    report["source"] = "the shipped prompt set's held-out split"
+    print(markdown_table(report))
+    record_default(engine, report, path)
+    print(f"default policy: {engine.default_policy_note}; recorded in {path}")
+
+
+def floor_lines(table: CostTable, model: str = "target") -> list[str]:
+    """The measured batch-1 times beside the memory and compute floors the table's meta holds
+    (nothing for a table measured before floors were recorded)."""
+    data = table.meta.get("floors", {}).get(model)
+    if not data or 1 not in table.batches:
+        return []
+    floors = Floors.from_json(data)
+    costs = table.target if model == "target" else table.draft
+    lines = [f"{model} floors on this device ({table.meta.get('forward', 'plain')} forward): weights "
+             f"{floors.weight_bytes / 1e6:.1f} MB read at {floors.read_gb_s:.1f} GB/s = "
+             f"{floors.memory_ms(0, 0):.2f} ms; {table.dtype} GEMM {floors.gemm_gflops:.0f} GFLOP/s",
+             f"{'ctx':>6} {'n':>4} {'measured':>10} {'memory floor':>13} {'compute floor':>14} "
+             f"{'×memory':>8} {'×compute':>9}"]
+    for c, context in enumerate(table.contexts):
+        for n, ms in zip(table.ns, costs.ms[table.batches.index(1)][c]):
+            memory, compute = floors.memory_ms(n, context), floors.compute_ms(n, context)
+            lines.append(f"{context:>6} {n:>4} {ms:>7.2f} ms {memory:>10.2f} ms {compute:>11.2f} ms "
+                         f"{ms / memory:>7.2f}× {ms / compute:>8.2f}×")
+    return lines

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from engine.head import default_feature_layers, load_head, save_head
-from tools.training.objective import depth_stats
+from tools.training.mix import Writer, build_mix
+from tools.training.objective import DepthStats, depth_stats
 from tools.training.selfdistill import (GenerationPlan, Sample, chunk_path, extract, is_held_out, load_chunks,
                                          read_prompts, run_generation, save_chunk, write_prompts)
 from tools.training.trainer import (LoopOptions, choose_draft_vocab, coverage, eval_batches, new_head,
@@ -64,6 +65,9 @@ class TrainHeadOptions:
     export_ids: Path | None = None  # also write every answer's token ids here, before training
     magpie: int = 0  # prompts the target writes itself, answered and trained on beside the prompt set's
     init: Path | None = None  # continue training this head (its draft vocabulary kept) instead of a new one
+    mix: int = 0  # prompts of the varied self-written mix (tools/training/mix.py), trained on beside the prompt set's
+    eval_benches: tuple[Path, ...] = ()  # Spec-Bench-format files whose first turns the target answers: evaluation only
+    eval_bench_prompts: int = 80  # of each benchmark file, answered for the evaluation
     command: str = ""
 
 
@@ -73,9 +77,9 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     started = time.time()
     torch.manual_seed(options.seed)
     layers = default_feature_layers(model.config.num_hidden_layers)
-    prompts = read_prompts(options.prompts)
-    train_rows = [r for r in prompts if not is_held_out(r["id"], options.held_out)]
-    held_rows = [r for r in prompts if is_held_out(r["id"], options.held_out)][:options.eval_prompts]
+    prompts, mix = prompt_rows(model, tokenizer, options, eos_ids, pad_id, log)
+    # The mix first: a token budget (--max-tokens, --gen-minutes) is spent on the varied prompts before the templated.
+    train_rows = [r for r in mix + prompts if not is_held_out(r["id"], options.held_out)]
     deadline = time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0  # all generation shares it
     gen_plan = GenerationPlan(
         prompts=train_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
@@ -83,13 +87,11 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
         greedy_share=options.greedy_share, seed=options.seed, max_tokens=options.max_tokens,
         deadline=deadline, descending=options.descending, answers_per_prompt=options.answers_per_prompt)
     run_generation(model, tokenizer, gen_plan, layers, options.work / "train", eos_ids, pad_id, log)
-    held_plan = GenerationPlan(prompts=held_rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
-                               max_new_tokens=options.max_new_tokens, greedy_share=1.0, seed=options.seed + 1)
-    run_generation(model, tokenizer, held_plan, layers, options.work / "heldout", eos_ids, pad_id, log)
+    evaluation = evaluation_sets(model, tokenizer, options, prompts, mix, layers, eos_ids, pad_id, log)
     if options.magpie:
         _answer_self_written(model, tokenizer, options, layers, eos_ids, pad_id, deadline, log)
     samples = load_chunks(options.work / "train") + load_chunks(options.work / "magpie")
-    held = load_chunks(options.work / "heldout")
+    held = evaluation["held-out"]
     assert samples and held, "no self-distillation data: raise --max-tokens or --gen-minutes"
     if options.export_ids:
         export_ids(samples, held, options.export_ids)
@@ -101,15 +103,93 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     mapping = target_to_draft_map(draft_vocab, vocab_size)
     loop = train_loop(head, samples, mapping, options.loop, options.work / "checkpoint.pt", log)
     head.eval()
-    stats = depth_stats(head, eval_batches(held, mapping, options.loop.batch_sequences, head.fc.weight.device),
-                        options.eval_depth)
+    results = evaluate(head, evaluation, mapping, options)
+    stats = results["held-out"]
     metrics = _metrics(options, samples, held, draft_vocab, held_coverage, loop, stats, started)
+    metrics["evaluation"] = {name: asdict(r) for name, r in results.items()}
     save_head(head, options.out, dtype=torch.float16)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     (options.out / "README.md").write_text(model_card(metrics))
     log(f"wrote {options.out}: held-out top-1 by depth {[round(x, 3) for x in stats.top1]}, "
         f"τ chain {stats.tau_chain:.2f}, trees {({w: round(t, 2) for w, t in stats.tau_tree.items()})}")
+    log(evaluation_table(results))
     return metrics
+
+
+def prompt_rows(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], pad_id: int,
+                log=print) -> tuple[list[dict], list[dict]]:
+    """The prompt set's rows, and the varied mix's (built or resumed under work/mix) when asked for."""
+    prompts = read_prompts(options.prompts)
+    if not options.mix:
+        return prompts, []
+    writer = Writer(model, tokenizer, eos_ids, pad_id, options.gen_batch, options.seed, log)
+    return prompts, build_mix(writer, options.mix, options.work / "mix", options.seed)
+
+
+def evaluation_sets(model, tokenizer, options: TrainHeadOptions, prompts: list[dict], mix: list[dict],
+                    layers: tuple[int, ...], eos_ids: set[int], pad_id: int, log=print) -> dict[str, list[Sample]]:
+    """Greedy answers the head is measured on, never trained on: the prompt set's held-out split, the mix's,
+    and each benchmark's first turns (cached under work/, so a second evaluation answers nothing again)."""
+    sets = {"held-out": [r for r in prompts if is_held_out(r["id"], options.held_out)][:options.eval_prompts]}
+    if mix:
+        sets["mix held-out"] = [r for r in mix if is_held_out(r["id"], options.held_out)][:options.eval_prompts]
+    for path in options.eval_benches:
+        sets[Path(path).stem] = bench_rows(path, options.eval_bench_prompts)
+    folders = {"held-out": "heldout", "mix held-out": "heldout-mix"}
+    answered = {}
+    for name, rows in sets.items():
+        work = options.work / folders.get(name, f"eval-{name}")
+        plan = GenerationPlan(prompts=rows, chunk_size=options.chunk_size, batch_size=options.gen_batch,
+                              max_new_tokens=options.max_new_tokens, greedy_share=1.0, seed=options.seed + 1)
+        run_generation(model, tokenizer, plan, layers, work, eos_ids, pad_id, log)
+        answered[name] = load_chunks(work)
+    return answered
+
+
+def bench_rows(path: Path, limit: int) -> list[dict]:
+    """First turns of a Spec-Bench-format file as prompt rows (ids far from any training prompt's)."""
+    rows = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines()):
+        if line.strip():
+            record = json.loads(line)
+            rows.append({"id": 9_000_000 + number, "kind": record.get("category", ""), "prompt": record["turns"][0]})
+    return rows[:limit]
+
+
+def evaluate(head, evaluation: dict[str, list[Sample]], mapping: torch.Tensor,
+             options: TrainHeadOptions) -> dict[str, DepthStats]:
+    device = head.fc.weight.device
+    return {name: depth_stats(head, eval_batches(samples, mapping, options.loop.batch_sequences, device),
+                              options.eval_depth) for name, samples in evaluation.items() if samples}
+
+
+def evaluation_table(results: dict[str, DepthStats]) -> str:
+    """Markdown: per evaluation set, top-1 agreement by depth and τ of chains and trees (teacher-forced)."""
+    depth = len(next(iter(results.values())).top1)
+    widths = list(next(iter(results.values())).tau_tree)
+    lines = ["| set | positions | " + " | ".join(f"top-1 @{k + 1}" for k in range(depth)) + " | τ chain | "
+             + " | ".join(f"τ top-{w} tree" for w in widths) + " |",
+             "|---" * (depth + 3 + len(widths)) + "|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r.positions} | " + " | ".join(f"{x:.3f}" for x in r.top1)
+                     + f" | {r.tau_chain:.2f} | " + " | ".join(f"{r.tau_tree[w]:.2f}" for w in widths) + " |")
+    return "\n".join(lines)
+
+
+def evaluate_existing(model, tokenizer, head_dir: Path, options: TrainHeadOptions, eos_ids: set[int], pad_id: int,
+                      log=print) -> dict[str, DepthStats]:
+    """Measures a trained head on the evaluation sets alone: no training data is generated."""
+    layers = default_feature_layers(model.config.num_hidden_layers)
+    prompts, mix = prompt_rows(model, tokenizer, options, eos_ids, pad_id, log)
+    evaluation = evaluation_sets(model, tokenizer, options, prompts, mix, layers, eos_ids, pad_id, log)
+    head = load_head(head_dir, model.get_input_embeddings().weight.detach().float()).to(model.device).eval()
+    draft_vocab = head.to_target(torch.arange(head.draft_vocab_size, device=model.device)).cpu()
+    results = evaluate(head, evaluation, target_to_draft_map(draft_vocab, model.config.vocab_size), options)
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "evaluation.json").write_text(json.dumps({n: asdict(r) for n, r in results.items()}, indent=2))
+    (options.out / "evaluation.md").write_text(evaluation_table(results) + "\n")
+    log(evaluation_table(results))
+    return results
 
 
 def _starting_head(model, samples: list[Sample], options: TrainHeadOptions, layers: tuple[int, ...],
@@ -189,12 +269,25 @@ Trained with `specscope train-head` on self-distillation data from its target.
 {depth_rows}
 
 τ of a top-1 chain of depth {h['depth']}: {h['tau_chain']:.2f}; {trees} (unbounded width, depth {h['depth']}).
-
+{_evaluation_section(m)}
 ## Command
 
 ```
 {m['command']}
 ```
+"""
+
+
+def _evaluation_section(m: dict[str, Any]) -> str:
+    """Acceptance on every evaluation set (the held-out splits, benchmarks' first turns), when measured."""
+    if not m.get("evaluation"):
+        return ""
+    results = {name: DepthStats(**{**r, "tau_tree": {int(w): t for w, t in r["tau_tree"].items()}})
+               for name, r in m["evaluation"].items()}
+    return f"""
+## Acceptance by evaluation set (teacher-forced on the target's greedy answers; never trained on)
+
+{evaluation_table(results)}
 """
 
 
@@ -267,6 +360,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--magpie", type=int, default=0,
                    help="also train on this many prompts the target writes itself (Magpie), answered greedily")
     p.add_argument("--init", type=Path, default=None, help="continue training this head folder")
+    p.add_argument("--mix", type=int, default=0,
+                   help="also train on a varied mix of this many prompts the target writes (self-written across "
+                        "tasks, topics and languages; code; maths; copy tasks on passages; multi-turn)")
+    p.add_argument("--eval-bench", type=Path, action="append", default=[],
+                   help="a Spec-Bench-format file whose first turns the target answers, to measure the head on "
+                        "(evaluation only, never trained on); repeatable")
+    p.add_argument("--eval-bench-prompts", type=int, default=80, help="prompts of each --eval-bench file")
+    p.add_argument("--evaluate", type=Path, default=None,
+                   help="measure this head folder on the evaluation sets and write evaluation.md/json to --out; "
+                        "no training")
     p.add_argument("--from-ids", type=Path, default=None,
                    help="rebuild the data from an exported id file by teacher forcing, instead of generating")
 
@@ -312,8 +415,12 @@ def command(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size, answers_per_prompt=args.answers_per_prompt, greedy_share=args.greedy_share,
         max_new_tokens=args.max_new_tokens, draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size,
         loop=loop, eval_depth=args.eval_depth, readout_scale=args.readout_scale, seed=args.seed,
-        export_ids=args.export_ids, magpie=args.magpie, init=args.init,
+        export_ids=args.export_ids, magpie=args.magpie, init=args.init, mix=args.mix,
+        eval_benches=tuple(args.eval_bench), eval_bench_prompts=args.eval_bench_prompts,
         command=portable_command(sys.argv[1:]))
+    if args.evaluate:
+        evaluate_existing(model, tokenizer, args.evaluate, options, eos, pad)
+        return 0
     if args.from_ids:
         layers = default_feature_layers(model.config.num_hidden_layers)
         rebuild_from_ids(model, args.from_ids, work, layers, pad, train_limit=args.from_ids_limit)

@@ -29,7 +29,7 @@ class Proposal:
     token: list[int]
     q: list[float]  # draft probability of each child given the node
     source: str
-    sampled: bool = False  # drawn from q_dist (verified against q) rather than chosen deterministically
+    sampled: bool = False  # drawn from q_dist without replacement, listed in draw order, rather than chosen
     q_dist: torch.Tensor | None = None  # [V] draft distribution at the node; required when sampled
 
 
@@ -54,6 +54,11 @@ class Drafter(ABC):
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
         """Up to k children for each frontier node (nodes may get none)."""
+
+    def free_proposals(self, tree: DraftTree, frontier: list[int], k: int) -> list[Proposal]:
+        """Children that cost no model forward and that the drafter vouches for following (the
+        continuation of a text match), for a layer past a policy's model budget; none by default."""
+        return []
 
     @abstractmethod
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],

@@ -13,7 +13,7 @@ import torch
 
 from engine.drafters.base import Drafter, Proposal
 from engine.lm import CachedLM
-from engine.sampling import SamplingParams, probs_from_logits
+from engine.sampling import SamplingParams, draw_without_replacement, probs_from_logits
 from engine.timing import ForwardMeter
 from engine.tree import DraftTree, path_to
 
@@ -78,10 +78,11 @@ class DraftLMDrafter(Drafter):
 
     def _children(self, node: int, logits: torch.Tensor, k: int, sample: bool,
                   sampling: SamplingParams, generator: torch.Generator) -> Proposal:
-        """logits: [V]. Top-k children, or k draws from the draft distribution when sampling."""
+        """logits: [V]. Top-k children, or k draws from the draft distribution without replacement, in draw
+        order, when sampling (engine/acceptance.py verifies them in that order)."""
         if sample:
             dist = probs_from_logits(logits[None], sampling)[0]  # [V] float64
-            tokens = torch.multinomial(dist, k, replacement=True, generator=generator).tolist()
+            tokens = draw_without_replacement(dist, k, generator)
             return Proposal(node, tokens, [dist[t].item() for t in tokens], self.name, sampled=True, q_dist=dist)
         dist = torch.softmax(logits.double(), dim=-1) if sampling.greedy else probs_from_logits(logits[None], sampling)[0]
         top = torch.topk(dist, min(k, dist.shape[-1]))

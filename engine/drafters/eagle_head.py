@@ -16,15 +16,16 @@ forward per draft layer and none extra.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
 
 from engine.drafters.base import Drafter, Proposal
 from engine.head import Eagle3Head, default_feature_layers, load_head
-from engine.sampling import SamplingParams, probs_from_logits
+from engine.sampling import SamplingParams, draw_without_replacement, probs_from_logits
 from engine.timing import ForwardMeter
-from engine.tree import DraftTree, ancestor_matrix, attention_bias
+from engine.tree import DraftTree, attention_bias
 
 
 class EagleHeadDrafter(Drafter):
@@ -59,10 +60,14 @@ class EagleHeadDrafter(Drafter):
         self._clear_tree()
 
     def _clear_tree(self) -> None:
-        self.node_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # node -> k, v [1, kv, 1, d]
+        attn = self.head.midlayer.self_attn
+        empty = torch.zeros(1, attn.kv_heads, 0, attn.head_dim, dtype=self.dtype, device=self.device)
+        self.tree_k, self.tree_v = empty, empty.clone()  # [1, kv, D, d]: keys of the nodes run this step, in run order
+        self.slot: dict[int, int] = {}  # node -> its column in tree_k
+        self.ancestry: dict[int, list[int]] = {}  # node -> columns of itself and its ancestors
         self.node_state: dict[int, torch.Tensor] = {}  # node -> output state [H]
         self.node_logits: dict[int, torch.Tensor] = {}  # node -> [Vd] draft-vocabulary logits
-        self.node_probs: dict[int, torch.Tensor] = {}  # node -> [Vd] float64 q, once a greedy proposal needed it
+        self.node_lse: dict[int, float] = {}  # node -> log Σ exp(logits), once a greedy proposal needed it
 
     @property
     def cache_len(self) -> int:
@@ -89,10 +94,11 @@ class EagleHeadDrafter(Drafter):
         if sample and not sampling.greedy:
             logits = self.head.expand_logits(draft)  # [N, V]
             return [self._sampled_children(node, row, k, sampling, generator) for node, row in zip(frontier, logits)]
-        probs = torch.softmax(draft.double(), dim=-1)  # [N, Vd]
-        self.node_probs.update(zip(frontier, probs))
-        top = torch.topk(probs, min(k, self.head.draft_vocab_size), dim=-1)  # [N, k]: one call for the frontier
-        tokens, q = self.head.to_target(top.indices).tolist(), top.values.tolist()
+        top = torch.topk(draft, min(k, self.head.draft_vocab_size), dim=-1)  # [N, k]: one call for the frontier
+        lse = torch.logsumexp(draft, dim=-1)  # [N]: q = exp(logit - lse), no [N, Vd] softmax written
+        q = (top.values - lse[:, None]).exp().tolist()
+        self.node_lse.update(zip(frontier, lse.tolist()))
+        tokens = self.head.to_target(top.indices).tolist()
         return [Proposal(node=node, token=tokens[i], q=q[i], source=self.name) for i, node in enumerate(frontier)]
 
     def frontier_logits(self, tree: DraftTree, frontier: list[int]) -> torch.Tensor:
@@ -112,11 +118,14 @@ class EagleHeadDrafter(Drafter):
     def prob(self, node: int, token: int) -> float:
         """q(token | node) after a greedy proposal at `node`; 0 outside the draft vocabulary."""
         index = self.head.draft_index(token)
-        return 0.0 if index < 0 else float(self.node_probs[node][index])
+        return 0.0 if index < 0 else math.exp(float(self.node_logits[node][index]) - self.node_lse[node])
 
-    def _timed_step(self, tokens, state, positions, past, bias, read_out: slice):
-        """One head forward and the readout of the positions in `read_out`: the draft forward that δ and c count."""
+    def _timed_step(self, tokens, state, positions, past, bias, read_out: slice, features=None):
+        """One head forward and the readout of the positions in `read_out`: the draft forward that δ and c count.
+        With `features` [1, N, F] the state is their fusion, inside the forward."""
         with self.meter.timed():
+            if features is not None:
+                state = self.head.fuse(features)  # [1, N, H]
             out, kv = self.head.step(tokens, state, positions, past, bias)
             logits = self.head.draft_logits(out[0, read_out]).float()  # [R, Vd]
         return out, kv, logits
@@ -130,58 +139,63 @@ class EagleHeadDrafter(Drafter):
         positions = torch.arange(past, past + n, device=self.device)[None]  # [1, M + 1]
         causal = torch.ones(n, n, dtype=torch.bool).tril()  # [M + 1, M + 1]
         allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), causal], dim=1)
-        state = self.head.fuse(features)[None]  # [1, M + 1, H]
-        out, (k, v), logits = self._timed_step(torch.tensor([tokens], device=self.device), state, positions,
+        out, (k, v), logits = self._timed_step(torch.tensor([tokens], device=self.device), None, positions,
                                                self._past(), attention_bias(allowed, self.dtype).to(self.device),
-                                               slice(n - 1, n))
+                                               slice(n - 1, n), features=features[None])
         self.cache_k = torch.cat([self.cache_k, k[:, :, :-1]], dim=2)
         self.cache_v = torch.cat([self.cache_v, v[:, :, :-1]], dim=2)
         self.pending_tokens, self.pending_features = [], []
-        self._store(0, k[:, :, -1:], v[:, :, -1:], out[0, -1], logits[0])
+        self._store([0], [[]], k[:, :, -1:], v[:, :, -1:], out[0, -1:], logits)
 
     def _run_nodes(self, tree: DraftTree, nodes: list[int]) -> None:
         """Drafted nodes: each pairs its token with its parent's output state, attending to its ancestors."""
-        done = sorted(self.node_kv)  # nodes whose keys exist, ancestors of the new ones among them
-        ancestors = ancestor_matrix(tree.parent)  # [T, T]
-        allowed_done = ancestors[nodes][:, done]  # [N, D]
-        allowed = torch.cat([torch.ones(len(nodes), self.cache_len, dtype=torch.bool), allowed_done,
-                             torch.eye(len(nodes), dtype=torch.bool)], dim=1)  # [N, P + D + N]
+        ran = self.tree_k.shape[2]  # columns of the nodes already run, every ancestor of the new ones among them
+        above = [self.ancestry[tree.parent[n]] for n in nodes]  # each node's ancestors' columns
+        allowed = torch.zeros(len(nodes), self.cache_len + ran + len(nodes), dtype=torch.bool)  # [N, P + D + N]
+        allowed[:, :self.cache_len] = True
+        rows = [i for i, columns in enumerate(above) for _ in columns]
+        allowed[rows, [self.cache_len + c for columns in above for c in columns]] = True
+        allowed[range(len(nodes)), range(self.cache_len + ran, self.cache_len + ran + len(nodes))] = True
         state = torch.stack([self.node_state[tree.parent[n]] for n in nodes])[None]  # [1, N, H]
         root_position = self.cache_len  # the root pair's position once the pending pairs are cached
-        positions = torch.tensor([root_position + tree.depth[n] for n in nodes], device=self.device)[None]  # [1, N]
-        past_k = torch.cat([self.cache_k] + [self.node_kv[d][0] for d in done], dim=2)
-        past_v = torch.cat([self.cache_v] + [self.node_kv[d][1] for d in done], dim=2)
+        positions = torch.tensor([[root_position + tree.depth[n] for n in nodes]], device=self.device)  # [1, N]
+        past = (torch.cat([self.cache_k, self.tree_k], dim=2), torch.cat([self.cache_v, self.tree_v], dim=2))
         tokens = torch.tensor([[tree.token[n] for n in nodes]], device=self.device)
-        out, (k, v), logits = self._timed_step(tokens, state, positions, (past_k, past_v),
+        out, (k, v), logits = self._timed_step(tokens, state, positions, past,
                                                attention_bias(allowed, self.dtype).to(self.device),
                                                slice(0, len(nodes)))
-        for i, node in enumerate(nodes):
-            self._store(node, k[:, :, i:i + 1], v[:, :, i:i + 1], out[0, i], logits[i])
+        self._store(nodes, above, k, v, out[0], logits)
 
-    def _store(self, node: int, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor, logits: torch.Tensor) -> None:
-        self.node_kv[node] = (k, v)
-        self.node_state[node] = state
-        self.node_logits[node] = logits
+    def _store(self, nodes: list[int], above: list[list[int]], k: torch.Tensor, v: torch.Tensor,
+               states: torch.Tensor, logits: torch.Tensor) -> None:
+        """Appends the nodes' keys [1, kv, N, d] to the tree's; states [N, H] and logits [N, Vd] by node."""
+        first = self.tree_k.shape[2]
+        self.tree_k = torch.cat([self.tree_k, k], dim=2)
+        self.tree_v = torch.cat([self.tree_v, v], dim=2)
+        for i, node in enumerate(nodes):
+            self.slot[node] = first + i
+            self.ancestry[node] = above[i] + [first + i]
+            self.node_state[node] = states[i]
+            self.node_logits[node] = logits[i]
 
     def _past(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         return (self.cache_k, self.cache_v) if self.cache_len else None
 
     def _sampled_children(self, node: int, logits: torch.Tensor, k: int, sampling: SamplingParams,
                           generator: torch.Generator) -> Proposal:
-        """k draws without replacement from q, verified against q_dist [V]."""
+        """k draws from q without replacement, in draw order, verified against q_dist [V] in that order."""
         q_dist = probs_from_logits(logits[None], sampling)[0]  # [V] float64
-        k = min(k, int((q_dist > 0).sum()))
-        tokens = torch.multinomial(q_dist.float(), k, replacement=False, generator=generator)
-        return Proposal(node=node, token=tokens.tolist(), q=q_dist[tokens].tolist(), source=self.name,
+        tokens = draw_without_replacement(q_dist, k, generator)
+        return Proposal(node=node, token=tokens, q=q_dist[tokens].tolist(), source=self.name,
                         sampled=True, q_dist=q_dist)
 
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
                features: torch.Tensor | None = None) -> None:
         assert features is not None and len(features) == len(accepted_path)
-        if 0 in self.node_kv:  # the root pair was computed with its real feature: keep it
-            k, v = self.node_kv[0]
-            self.cache_k = torch.cat([self.cache_k, k], dim=2)
-            self.cache_v = torch.cat([self.cache_v, v], dim=2)
+        if 0 in self.slot:  # the root pair was computed with its real feature: keep it
+            root = self.slot[0]
+            self.cache_k = torch.cat([self.cache_k, self.tree_k[:, :, root:root + 1]], dim=2)
+            self.cache_v = torch.cat([self.cache_v, self.tree_v[:, :, root:root + 1]], dim=2)
         else:
             self.pending_tokens.append(tree.token[0])
             self.pending_features.append(self.root_feature)

@@ -1,16 +1,22 @@
-"""`hybrid`: one tree whose candidates come from the EAGLE-3 head and from prompt lookup together.
+"""`hybrid`: one tree whose candidates come from the EAGLE-3 head and from the suffix drafter together.
 
-The head proposes its top-k children for every frontier node; prompt lookup
-adds the tokens that followed the longest matching n-gram. Candidates are
-pooled per node and each records who proposed it ("head", "prompt-lookup", or
-"head+prompt-lookup" when both did), so the web app can colour by source.
+The suffix drafter (engine/drafters/suffix.py) proposes the tokens that followed
+the node's longest earlier match; the head proposes its top-k. Candidates are
+pooled per node and each records who proposed it ("head", "suffix", or
+"head+suffix" when both did), so the web app can colour by source.
 
-Policies gate on q, so an n-gram candidate must carry a q comparable to the
-head's. Its q is the larger of the head's own probability for that token and
-the lookup's share of the matches scaled by how often lookup candidates the
-target evaluated were accepted so far in this run (a Beta(1, 1) running
-estimate): a copy the head already believes keeps the head's confidence, and
-a copy the head missed is trusted as much as copies have earned.
+Policies gate on q, so a match's candidate carries the larger of the head's own
+probability for that token and the suffix drafter's q, its empirical frequency
+times the acceptance that matches of its length have earned in this request: a
+copy the head already believes keeps the head's confidence, and a copy the head
+missed is trusted as much as copies of that length have been accepted.
+
+A long match must not be crowded out, nor pay for the head at every token. Where
+the match is confident (its best candidate's q ≥ `copy_q`), the head is not run
+at that node: its children are the match's alone, and the head has no state to
+continue from below it, so the branch stays a copy until the match ends. Deep in a
+verbatim copy a layer then costs no head forward at all (δ does not grow), and the
+copy's path score, not the head's alternatives, decides how deep it is drafted.
 """
 
 from __future__ import annotations
@@ -19,58 +25,68 @@ import torch
 
 from engine.drafters.base import Drafter, Proposal
 from engine.drafters.eagle_head import EagleHeadDrafter
-from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.drafters.suffix import SuffixDrafter
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
 
-LOOKUP = "prompt-lookup"
+MATCH = SuffixDrafter.name
 
 
 class HybridDrafter(Drafter):
     name = "hybrid"
 
-    def __init__(self, head: EagleHeadDrafter, lookup: PromptLookupDrafter | None = None, lookup_children: int = 1):
+    def __init__(self, head: EagleHeadDrafter, suffix: SuffixDrafter | None = None, match_children: int = 2,
+                 copy_q: float = 0.8):
         super().__init__(meter=head.meter)  # only the head runs a model
         self.head = head
-        self.lookup = lookup or PromptLookupDrafter()
+        self.suffix = suffix or SuffixDrafter()
         self.model_name = head.model_name
         self.feature_layers = head.feature_layers
-        self.lookup_children = lookup_children
-        self.lookup_tried = 0
-        self.lookup_accepted = 0
-
-    @property
-    def lookup_trust(self) -> float:
-        """Posterior mean acceptance of evaluated lookup candidates."""
-        return (self.lookup_accepted + 1) / (self.lookup_tried + 2)
+        self.match_children = match_children
+        self.copy_q = copy_q
+        self._modelled: set[int] = set()  # nodes the head ran this step: only their children can run it
 
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
         self.head.start(context, features)
-        self.lookup.start(context)
-        self.lookup_tried = self.lookup_accepted = 0
+        self.suffix.start(context)
+        self._modelled = set()
 
     @torch.inference_mode()
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
-        head_proposals = {p.node: p for p in self.head.propose(tree, frontier, k, sample, sampling, generator)}
-        lookup_proposals = {p.node: p for p in self.lookup.propose(tree, frontier, self.lookup_children, False,
-                                                                    sampling, generator)}
+        matches = {p.node: p for p in self.suffix.propose(tree, frontier, self.match_children, False, sampling,
+                                                          generator)}
+        modelled = [node for node in frontier if self._runs_head(tree, node, matches.get(node))]
+        heads = {p.node: p for p in self.head.propose(tree, modelled, k, sample, sampling, generator)} \
+            if modelled else {}
+        self._modelled.update(modelled)
         merged = []
         for node in frontier:
-            merged += self._merge(head_proposals[node], lookup_proposals.get(node))
+            if node in heads:
+                merged += self._merge(heads[node], matches.get(node))
+            elif node in matches:
+                merged.append(matches[node])
         return merged
 
-    def _merge(self, head: Proposal, lookup: Proposal | None) -> list[Proposal]:
-        """The head's children plus the n-gram ones, deduplicated: one proposal per source."""
-        if lookup is None or head.sampled:
+    def free_proposals(self, tree: DraftTree, frontier: list[int], k: int) -> list[Proposal]:
+        return self.suffix.free_proposals(tree, frontier, min(k, self.match_children))
+
+    def _runs_head(self, tree: DraftTree, node: int, match: Proposal | None) -> bool:
+        """The head runs where it can (at the root, or below a node it ran) unless a match is confident."""
+        reachable = node == 0 or tree.parent[node] in self._modelled
+        return reachable and (match is None or match.q[0] < self.copy_q)
+
+    def _merge(self, head: Proposal, match: Proposal | None) -> list[Proposal]:
+        """The head's children plus the match's, deduplicated: one proposal per source."""
+        if match is None or head.sampled:
             return [head]  # sampled children are verified against q_dist; extra point masses would not be
         children = {t: [q, self.head.name] for t, q in zip(head.token, head.q)}  # token -> [q, source]
-        for token, share in zip(lookup.token, lookup.q):
-            q = max(self.head.prob(head.node, token), self.lookup_trust * share)
+        for token, q_match in zip(match.token, match.q):
+            q = max(self.head.prob(head.node, token), q_match)
             if token in children:
-                children[token] = [max(children[token][0], q), f"{self.head.name}+{LOOKUP}"]
+                children[token] = [max(children[token][0], q), f"{self.head.name}+{MATCH}"]
             else:
-                children[token] = [q, LOOKUP]
+                children[token] = [q, MATCH]
         by_source: dict[str, Proposal] = {}
         for token, (q, source) in sorted(children.items(), key=lambda item: -item[1][0]):
             proposal = by_source.setdefault(source, Proposal(node=head.node, token=[], q=[], source=source))
@@ -80,14 +96,6 @@ class HybridDrafter(Drafter):
 
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
                features: torch.Tensor | None = None) -> None:
-        self._learn_trust(tree, accepted_path)
         self.head.commit(tree, accepted_path, emitted, features)
-        self.lookup.commit(tree, accepted_path, emitted)
-
-    def _learn_trust(self, tree: DraftTree, accepted_path: list[int]) -> None:
-        """Counts lookup candidates the target evaluated (their parent was accepted) and those it accepted."""
-        on_path = set(accepted_path)
-        for node in range(1, len(tree)):
-            if LOOKUP in tree.source[node] and tree.parent[node] in on_path:
-                self.lookup_tried += 1
-                self.lookup_accepted += node in on_path
+        self.suffix.commit(tree, accepted_path, emitted)
+        self._modelled = set()

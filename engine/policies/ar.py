@@ -16,7 +16,7 @@ class ArPolicy(Policy):
     Params = ArParams
     drafts = False
 
-    def children_per_node(self, depth: int) -> int:
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return 0
 
     def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:

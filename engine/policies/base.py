@@ -112,11 +112,24 @@ class Policy(ABC):
         """Resets per-run state."""
 
     @abstractmethod
-    def children_per_node(self, depth: int) -> int:
-        """How many children the drafter should propose for each frontier node at `depth`."""
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
+        """How many children the drafter should propose for each frontier node of the layer at `depth`,
+        given the tree grown so far (a budgeted policy asks for no more than it could keep)."""
+
+    def drafts_from_model(self, depth: int) -> bool:
+        """Whether layer `depth` takes the drafter's ordinary proposals; False: only its free ones
+        (`Drafter.free_proposals`, a model-free match's continuation, which costs no draft forward)."""
+        return True
 
     def sample_children(self, temperature: float) -> bool:
-        """Whether children are drawn from the draft distribution rather than taken as its top-k."""
+        """Whether children are drawn from the draft distribution rather than taken as its top-k.
+
+        Sampled siblings are drawn without replacement and verified in draw order
+        (engine/acceptance.py); that is lossless only if every child drawn reaches
+        verification. A sampling policy therefore keeps every sampled candidate it is
+        given and never reranks one away: choosing among draws by their probability
+        would condition what was drawn. `grow_tree` and the engine refuse a policy that does.
+        """
         return False
 
     @abstractmethod

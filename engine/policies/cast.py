@@ -14,27 +14,39 @@ C1–C3 share one scale: expected tokens gained per t₁ of time spent, which a
 node must beat to raise throughput; the step's own tokens per t₁ (τ over the
 step time in t₁, ~1–3) is the natural bar.
 
-Our reading of the paper (only its abstract was available to us):
+Our source is the paper's summary in ../shared/papers (002_…); "design n" below is its
+key design n, the formulas are its own.
 
-width   Each layer's candidates are sorted by path score v(1) ≥ v(2) ≥ …. Taking
-        the best k as the frontier has utility u_k = v(1)+…+v(k) and costs the
-        draft's forward of k tokens, c_k. The best candidate is always grown
-        (whether to grow at all is the depth rule's call); from the current k'
-        the frontier extends to the k > k' with the largest marginal ratio
-        (u_k − u_k')/(c_k − c_k'), while that ratio is ≥ C1. Jumping to the best
-        ratio, not the next k, is our robust choice where utility per cost is
-        not concave: measured costs are steps (a GPU runs 17 tokens as fast as
-        32), so a single node may look dear while the next eight together are cheap.
-        A non-positive marginal cost makes the jump free.
-        With linear cost c_k = λk + δ (in t₁) every ratio is v(k)/λ, so C1 = v(K)/λ
-        keeps exactly the top K: EAGLE's frontier (the paper's Theorem 4.1, batch 1).
-depth   φ_i = u_{i+1}/u_i says how much utility a layer keeps from the one above.
-        A FIFO buffer holds the last R such ratios (across steps of a request,
-        initialised to 1); another layer is drafted only while the predicted
-        utility mean(φ)·u_i per t₁ of the draft forward that makes it is ≥ C2.
-rerank  All drafted nodes, ordered by path score (ancestor-closed: a child
+costs   (design 1) The table f(B, c, n) from `specscope profile`, every n measured up to a
+        limit; a lookup rounds c up to the next measured context (the paper's select(c)
+        takes the next multiple of L above c, we the smallest measured context ≥ c) and n
+        up to the next measured n, never interpolating across a step (engine/costs.py).
+width   (design 2) Each layer's candidates are sorted by path score v(1) ≥ v(2) ≥ ….
+        Taking the best k as the frontier has utility u_k = v(1)+…+v(k) and costs the
+        draft's forward of k tokens, c_k = S_D[select(c)][k] / S_T[select(c)][1]. The
+        best candidate is always grown (whether to grow at all is the depth rule's
+        call); from the current k' the frontier extends to the k > k' with the largest
+        marginal ratio (u_k − u_k')/(c_k − c_k'), while that ratio is ≥ C1 (the paper
+        writes > C1; with ≥, Theorem 4.1 keeps exactly K, the K-th ratio being C1
+        itself). Jumping to the best ratio, not the next k, is our reading of the
+        paper's Algorithm 1 (robust selection where utility per cost is not concave):
+        measured costs are steps (a GPU runs 17 tokens as fast as 32), so a single node
+        may look dear while the next eight together are cheap. A non-positive marginal
+        cost makes the jump free. With linear cost c_k = λk + δ (in t₁) every ratio is
+        v(k)/λ, so C1 = v(K)/λ keeps exactly the top K: EAGLE's frontier (Theorem 4.1,
+        batch 1).
+depth   (design 3) φ_i = u_{i+1}/u_i says how much utility a layer keeps from the one above.
+        A FIFO buffer holds the last R such ratios, across the steps of a request; another
+        layer is drafted only while α·u_i / c ≥ C2, α = mean(φ) and c the draft forward
+        (in t₁) of the n_i frontier nodes that make it. The paper initialises the buffer to
+        {1}; we fill all R places with 1, so that one early ratio cannot swing α.
+rerank  (design 4) All drafted nodes, ordered by path score (ancestor-closed: a child
         never outscores its parent), are cut to m by the same marginal rule over
-        the target's verify cost of m + 1 tokens (root included), threshold C3.
+        the target's verify cost, threshold C3. Our verify forward carries the root with
+        the m nodes, so the cost is that of m + 1 tokens (the paper's c_k reads k).
+batch   The paper's utility is a batch mean, u_k = (1/B) Σ_j Σ_{s≤k} v^(j)(s). The engine
+        decodes one request at a time, so utility is that request's Σ v, which equals the
+        batch mean when the B requests look alike; `batch` picks the cost rows S_T(B), S_D(B).
 
 calibration (ours, not the paper's) A path score is the draft's confidence, not
         the target's acceptance: a weak or uncalibrated draft (a tiny model's
@@ -47,9 +59,10 @@ calibration (ours, not the paper's) A path score is the draft's confidence, not
         overhead the table cannot see, so draft costs are scaled by ρ, the median
         of measured / table-predicted draft ms over the request's last 16 steps
         (two pseudo-steps at 1 to start: a cold first step must not swing it).
-        κ = ρ = 1 until a step is observed, so the paper's rules hold as stated on fresh policies.
+        κ = ρ = 1 until a step is observed; `calibrate=false` keeps them at 1 and
+        `min_verify=0` drops the forced node: then the paper's rules hold as stated.
 
-The paper gives no C1–C3; docs/cast.md records the sweep that chose the defaults.
+The summary gives no values for C1–C3; docs/cast.md records the sweep that chose the defaults.
 Every decision's detail carries the utility, cost, ratio and threshold behind it.
 """
 
@@ -72,12 +85,13 @@ class CastParams(PolicyParams):
     c3: float = Field(2.0, ge=0, description="rerank: least marginal tokens per t₁ of verifying more nodes (C3)")
     top_k: int = Field(10, ge=1, le=64, description="children drafted per frontier node (K)")
     max_width: int = Field(32, ge=1, le=256, description="most frontier nodes per layer")
-    max_depth: int = Field(12, ge=1, le=32, description="safety limit on draft layers")
+    max_depth: int = Field(32, ge=1, le=64, description="safety limit on draft layers")
     max_total: int = Field(128, ge=1, le=512, description="most draft nodes sent to verification")
     window: int = Field(4, ge=1, le=64, description="gain ratios φ remembered by the depth rule (R)")
     batch: int = Field(1, ge=1, le=256, description="batch size the costs are read at")
     min_verify: int = Field(1, ge=0, le=512, description="best nodes always verified, so calibration has evidence")
-    calibrate: bool = Field(True, description="rescale path scores by the request's accepted / predicted (κ)")
+    calibrate: bool = Field(True, description="rescale path scores by the request's accepted / predicted (κ) and "
+                                              "draft costs by measured / table time (ρ); false: the paper's rules")
 
 
 @dataclass
@@ -173,7 +187,7 @@ class CastPolicy(Policy):
         """A node's utility: its calibrated chance of being accepted."""
         return min(1.0, self.kappa * score)
 
-    def children_per_node(self, depth: int) -> int:
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return self.params.top_k
 
     def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:

@@ -1,7 +1,13 @@
-"""`chain`: γ draft tokens in a line (Leviathan et al. 2023).
+"""`chain`: γ draft tokens in a line (Leviathan et al. 2023), and a free copy past them.
 
 With temperature > 0 each draft token is sampled from the draft distribution
 and verified by rejection sampling with residual norm(max(0, p - q)).
+
+γ bounds what the drafter is asked for. Past γ the chain takes only free
+children (a model-free drafter following a text match, engine/drafters/suffix.py:
+no draft forward, so δ counts none of them) and follows them while their q is at
+least `free_q`, up to `max_depth`: a 30-token copy is verified in one step
+instead of six. With `free_q` = 1 (no match is that sure) the chain is Leviathan's.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from engine.tree import DraftTree
 class ChainParams(PolicyParams):
     gamma: int = Field(5, ge=1, le=64, description="draft tokens per step (γ)")
     sample: bool = Field(True, description="sample drafts from q when temperature > 0")
+    free_q: float = Field(0.5, ge=0, le=1, description="past γ, a free match continues while its q is at least this")
+    max_depth: int = Field(32, ge=1, le=64, description="depth limit of a free match")
 
 
 class ChainPolicy(Policy):
@@ -22,13 +30,22 @@ class ChainPolicy(Policy):
     description = "A line of γ draft tokens verified in one forward (Leviathan et al. 2023): deep and one wide."
     Params = ChainParams
 
-    def children_per_node(self, depth: int) -> int:
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return 1
+
+    def drafts_from_model(self, depth: int) -> bool:
+        return depth <= self.params.gamma
 
     def sample_children(self, temperature: float) -> bool:
         return self.params.sample and temperature > 0
 
     def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
-        grow = pool.depth < self.params.gamma
-        decisions = [Decision(kept=i == 0, expanded=i == 0 and grow, reason="topk") for i in range(len(pool))]
-        return LayerSelection(decisions=decisions)
+        grow = pool.depth < max(self.params.max_depth, self.params.gamma)
+        if pool.depth <= self.params.gamma:
+            decisions = [Decision(kept=i == 0, expanded=i == 0 and grow, reason="topk") for i in range(len(pool))]
+            return LayerSelection(decisions=decisions)
+        sure = pool.q[0] >= self.params.free_q
+        decisions = [Decision(kept=i == 0 and sure, expanded=i == 0 and sure and grow,
+                              reason="match" if i == 0 and sure else "below_threshold" if i == 0 else "topk",
+                              threshold=self.params.free_q) for i in range(len(pool))]
+        return LayerSelection(decisions=decisions, threshold=self.params.free_q)

@@ -3,7 +3,14 @@
 Each layer grows the K frontier nodes of highest cumulative path score by
 their top-K children; every child is kept as a rerank candidate, the best K by
 path score form the next frontier. After D layers the tree is reranked to the
-m nodes of highest path score (defaults from EAGLE-2: D=7, K=10, m=60).
+m nodes of highest path score (defaults D=7, K=10, m=60).
+
+D counts draft layers, one draft forward each, so δ = D. EAGLE's own code
+(`topK_genrate`) counts its `depth` after a first forward that drafts the
+root's children: its depth d drafts d + 1 layers in d + 1 forwards, which is
+the δ = D + 1 TALON reports for EAGLE-3 at D = 8, K = 10. That baseline is
+`depth=9` here (`specscope bench --policies eagle:depth=9`); our default D = 7
+is EAGLE's depth 6.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ from engine.tree import DraftTree
 
 
 class EagleParams(PolicyParams):
-    depth: int = Field(7, ge=1, le=32, description="draft layers (D)")
+    depth: int = Field(7, ge=1, le=32, description="draft layers, one draft forward each (D; EAGLE's code "
+                                                   "counts one fewer: EAGLE-3 at its depth 8 is 9 here)")
     top_k: int = Field(10, ge=1, le=64, description="children per node and frontier width (K)")
     total: int = Field(60, ge=1, le=512, description="draft nodes kept by the final rerank (m)")
 
@@ -26,7 +34,7 @@ class EaglePolicy(Policy):
                    "then the m nodes of highest path score are verified.")
     Params = EagleParams
 
-    def children_per_node(self, depth: int) -> int:
+    def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return self.params.top_k
 
     def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:

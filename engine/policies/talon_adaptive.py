@@ -1,9 +1,10 @@
 """`talon-adaptive`: TALON's gate with μ and N tuned during a request for tokens per second.
 
 TALON fixes the gate μ and the node budget N. This policy keeps TALON's
-layer rules and, every `window` steps, measures the request's throughput:
-(accepted + 1) tokens per step over the step's draft + verify + other time.
-It then moves one parameter by a factor and keeps the move only if the next
+layer rules (each node's top `remaining` children pooled, growth stopped the
+moment N is full, k = 0 allowed: engine/policies/talon.py) and, every
+`window` steps, measures the request's throughput: (accepted + 1) tokens per
+step over the step's draft + verify + other time. It then moves one parameter by a factor and keeps the move only if the next
 window's throughput did not fall; a move that cost speed is undone and that
 direction is tried again only after the other one.
 

@@ -67,6 +67,14 @@ def chat_ids(tokenizer, prompt: str) -> list[int]:
     return tokenizer(prompt)["input_ids"]
 
 
+def row_ids(tokenizer, row: dict) -> list[int]:
+    """The ids of a prompt-set row: a first-turn `prompt`, or a conversation's `messages` ending with a user turn."""
+    if "messages" not in row:
+        return chat_ids(tokenizer, row["prompt"])
+    return list(tokenizer.apply_chat_template(row["messages"], add_generation_prompt=True,
+                                              return_dict=True)["input_ids"])
+
+
 def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, S] ids and [B, S] 0/1 attention mask, padded on the left."""
     width = max(len(r) for r in rows)
@@ -214,7 +222,7 @@ def run_generation(model, tokenizer, plan: GenerationPlan, layers: tuple[int, ..
         if (plan.max_tokens and total >= plan.max_tokens) or (plan.deadline and time.time() > plan.deadline):
             break
         generator = torch.Generator(model.device).manual_seed(plan.seed * 100_003 + index)
-        ordered = sorted(chunk, key=lambda r: len(chat_ids(tokenizer, r["prompt"])))  # less padding per batch
+        ordered = sorted(chunk, key=lambda r: len(row_ids(tokenizer, r)))  # less padding per batch
         samples: list[Sample] = []
         start = time.time()
         for b in range(0, len(ordered), plan.batch_size):
@@ -222,7 +230,7 @@ def run_generation(model, tokenizer, plan: GenerationPlan, layers: tuple[int, ..
                 break  # out of time: the chunk keeps the answers already made
             batch = ordered[b:b + plan.batch_size]
             samples += generate_batch(
-                model, [chat_ids(tokenizer, r["prompt"]) for r in batch], [r["id"] for r in batch],
+                model, [row_ids(tokenizer, r) for r in batch], [r["id"] for r in batch],
                 [plan.greedy(r) for r in batch], layers, plan.max_new_tokens,
                 plan.temperature, eos_ids, pad_id, generator)
         save_chunk(path, samples)

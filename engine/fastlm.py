@@ -1,0 +1,280 @@
+"""A lean forward for Llama-family models, with a static KV cache that attends only over its filled prefix.
+
+`FastLM` has `CachedLM`'s interface (forward_chain, forward_tree, keep, crop,
+reset, cache_len, max_length, `.model`) and is built from a loaded Hugging Face
+model, in the spirit of gpt-fast's model.py:
+
+- q/k/v and gate/up are fused into one weight each; the model's own parameters
+  become views of the fused tensors, so the Hugging Face model still works
+  (baselines, the head's embeddings) and no weight is held twice;
+- RoPE reads a table made by the model's own rotary module, with rotate_half's
+  sign folded into the sine (the same products, so the same bits);
+- the KV cache is one tensor [layers, 2, kv_heads, capacity, d], grown by
+  doubling; new keys are written in place, attention reads only the filled
+  prefix, and `keep` compacts every layer with one gather;
+- a one-token forward needs no mask; N tokens get one additive bias for all
+  layers, masking only the columns some token may not see (the [N, N] tree
+  block for a verify), and SDPA reads the KV heads without repeating them;
+- one-row products run as matrix-vector products (torch.mv), N rows as
+  weight @ xᵀ: both measured faster on a CPU than F.linear (docs/fastpath.md).
+
+`causal_lm` picks this path where `unsupported_reason` finds nothing, else the
+plain Hugging Face forward, and says so once.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.lm import CachedLM, ForwardOutput
+
+MIN_CAPACITY = 256
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """Why the lean forward cannot run this model, or None when it can."""
+    config = model.config
+    if type(model).__name__ != "LlamaForCausalLM":
+        return f"{type(model).__name__} is not LlamaForCausalLM"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r}"
+    if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
+        return "biased projections"
+    if getattr(config, "pretraining_tp", 1) != 1:
+        return "pretraining_tp > 1"
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type in ("dynamic", "longrope"):
+        return f"rope type {rope_type!r} depends on the sequence length"
+    custom = {type(m).__name__ for m in model.modules()
+              if "Linear" in type(m).__name__ and type(m) is not torch.nn.Linear}
+    if custom:
+        return f"quantized or custom linear layers ({', '.join(sorted(custom))})"
+    return None
+
+
+@dataclass
+class Layer:
+    """One decoder layer's weights: fused projections [out, in], norm weights [H]."""
+
+    qkv: torch.Tensor  # [(heads + 2 kv_heads) d, H]
+    o: torch.Tensor  # [H, heads d]
+    gate_up: torch.Tensor  # [2 I, H]
+    down: torch.Tensor  # [H, I]
+    attn_norm: torch.Tensor
+    mlp_norm: torch.Tensor
+
+
+def _fuse(linears: list[torch.nn.Linear]) -> torch.Tensor:
+    """One weight [sum out, in] for several linears, which become views of it (no second copy)."""
+    fused = torch.cat([linear.weight.detach() for linear in linears])
+    row = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight.data = fused[row:row + rows]
+        row += rows
+    return fused
+
+
+class FastLM:
+    """A Llama causal LM with a static KV cache and a lean forward; see the module docstring."""
+
+    def __init__(self, model: torch.nn.Module, name: str = "model"):
+        reason = unsupported_reason(model)
+        if reason:
+            raise ValueError(f"{name}: the lean forward cannot run this model: {reason}")
+        self.model = model.eval()
+        self.name = name
+        self.config = config = model.config
+        first = next(model.parameters())
+        self.device, self.dtype = first.device, first.dtype
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = config.rms_norm_eps
+        body = model.model
+        self.rotary = body.rotary_emb
+        self.embed = body.embed_tokens.weight.detach()  # [V, H]
+        self.norm = body.norm.weight.detach()  # [H]
+        self.lm_head = model.lm_head.weight.detach()  # [V, H]: the embeddings when tied
+        with torch.no_grad():
+            self.layers = [Layer(qkv=_fuse([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj]),
+                                 o=l.self_attn.o_proj.weight.detach(),
+                                 gate_up=_fuse([l.mlp.gate_proj, l.mlp.up_proj]),
+                                 down=l.mlp.down_proj.weight.detach(),
+                                 attn_norm=l.input_layernorm.weight.detach(),
+                                 mlp_norm=l.post_attention_layernorm.weight.detach())
+                           for l in body.layers]
+        self.length = 0
+        self.kv = torch.empty(0, dtype=self.dtype, device=self.device)  # [L, 2, kv, C, d] once grown
+        self.cos = self.sin_signed = self.kv  # [C, d] each once grown
+        self._grow(MIN_CAPACITY)
+
+    @property
+    def max_length(self) -> int:
+        return int(getattr(self.config, "max_position_embeddings", 2048))
+
+    @property
+    def cache_len(self) -> int:
+        return self.length
+
+    @property
+    def capacity(self) -> int:
+        return self.kv.shape[3] if self.kv.dim() == 5 else 0
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        """Drops every cached position from `length` on."""
+        self.length = min(self.length, length)
+
+    @torch.inference_mode()
+    def keep(self, positions: list[int]) -> None:
+        """Compacts the cache to the given increasing sequence positions (one gather for all layers)."""
+        shared = 0  # positions that already sit where they belong need no copy
+        while shared < len(positions) and positions[shared] == shared:
+            shared += 1
+        end = len(positions)
+        if shared < end:
+            moved = torch.tensor(positions[shared:], dtype=torch.long, device=self.device)
+            self.kv[:, :, :, shared:end] = self.kv.index_select(3, moved)
+        self.length = end
+
+    @torch.inference_mode()
+    def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+        """Appends `tokens` causally after the cache."""
+        positions = torch.arange(self.length, self.length + len(tokens), device=self.device)
+        return self._forward(tokens, positions, None, hidden_layers)
+
+    @torch.inference_mode()
+    def forward_tree(self, tokens: list[int], positions: torch.Tensor, allowed: torch.Tensor,
+                     hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+        """Appends N tree tokens; `allowed` [N, cache_len + N] says which columns each may attend to.
+
+        Only the columns from the first one some token may not see are masked: for a tree verify
+        that is the [N, N] tree block, for a draft LM's frontier the earlier frontier nodes too.
+        """
+        n = len(tokens)
+        assert allowed.shape == (n, self.length + n), allowed.shape
+        visible = int(allowed.all(dim=0).int().cumprod(0).sum())  # leading columns every token sees
+        return self._forward(tokens, positions.to(self.device), allowed[:, visible:], hidden_layers)
+
+    def _forward(self, tokens: list[int], positions: torch.Tensor, masked: torch.Tensor | None,
+                 hidden_layers: tuple[int, ...]) -> ForwardOutput:
+        """N new tokens at `positions` [N]; `masked` [N, M] bool says which of the last M columns each
+        sees (None: causal among the new tokens)."""
+        n, start = len(tokens), self.length
+        end = start + n
+        self._grow(end)
+        x = self.embed[torch.tensor(tokens, device=self.device)]  # [N, H]
+        cos, sin = self.cos[positions][:, None], self.sin_signed[positions][:, None]  # [N, 1, d]
+        attend = self._mask(masked, n, start)
+        features = {}
+        for i, layer in enumerate(self.layers):
+            features[i] = x  # the input of layer i, as Hugging Face's hidden_states[i]
+            x = self._layer(self.kv[i], layer, x, cos, sin, attend, start, end)
+        self.length = end
+        x = self._norm(x, self.norm)
+        features[len(self.layers)] = x  # Hugging Face's last hidden state is after the final norm
+        logits = linear(x, self.lm_head)  # [N, V]
+        return ForwardOutput(logits=logits if logits.dtype == torch.float64 else logits.float(),
+                             hidden=tuple(features[i % len(features)] for i in hidden_layers))
+
+    def _layer(self, cache: torch.Tensor, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               attend: dict, start: int, end: int) -> torch.Tensor:
+        """One decoder layer over x [N, H]; writes the new keys and values into `cache` [2, kv, C, d]."""
+        n, heads, kv_heads = x.shape[0], self.heads, self.kv_heads
+        qkv = linear(self._norm(x, layer.attn_norm), layer.qkv).view(n, heads + 2 * kv_heads, self.head_dim)
+        qk = _rope(qkv[:, :heads + kv_heads], cos, sin)  # [N, h + kv, d]
+        cache[0, :, start:end] = qk[:, heads:].transpose(0, 1)
+        cache[1, :, start:end] = qkv[:, heads + kv_heads:].transpose(0, 1)
+        q = qk[:, :heads].transpose(0, 1)[None]  # [1, h, N, d]
+        out = F.scaled_dot_product_attention(q, cache[0, :, :end][None], cache[1, :, :end][None], enable_gqa=True,
+                                             **attend)  # [1, h, N, d]
+        x = x + linear(out[0].transpose(0, 1).reshape(n, heads * self.head_dim), layer.o)
+        gate, up = linear(self._norm(x, layer.mlp_norm), layer.gate_up).chunk(2, dim=-1)  # [N, I] each
+        return x + linear(F.silu(gate) * up, layer.down)
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Llama's RMSNorm in its own order of casts: normalise in float32, cast back, then scale."""
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, weight.shape, weight, self.eps)
+        return weight * F.rms_norm(x.float(), weight.shape, None, self.eps).to(x.dtype)
+
+    def _mask(self, masked: torch.Tensor | None, n: int, start: int) -> dict:
+        """SDPA's mask arguments, shared by every layer: none for one token or a fully visible block,
+        `is_causal` for a prompt on an empty cache, else one additive bias [1, 1, N, S]."""
+        if masked is None:
+            if n == 1:
+                return {}
+            if start == 0:
+                return {"is_causal": True}
+            masked = torch.ones(n, n, dtype=torch.bool).tril()
+        if masked.shape[1] == 0 or bool(masked.all()):
+            return {}
+        bias = torch.zeros(n, start + n, dtype=self.dtype)  # [N, S]
+        bias[:, start + n - masked.shape[1]:].masked_fill_(~masked.cpu(), float("-inf"))
+        return {"attn_mask": bias.to(self.device)[None, None]}
+
+    def _grow(self, needed: int) -> None:
+        """Reallocates the cache (doubling) and the RoPE table to hold `needed` positions, keeping what
+        the cache holds."""
+        if needed <= self.capacity:
+            return
+        capacity = max(MIN_CAPACITY, self.capacity)
+        while capacity < needed:
+            capacity *= 2
+        kv = torch.empty(len(self.layers), 2, self.kv_heads, capacity, self.head_dim, dtype=self.dtype,
+                         device=self.device)  # [L, 2, kv, C, d]
+        if self.length:
+            kv[:, :, :, :self.length] = self.kv[:, :, :, :self.length]
+        self.kv = kv
+        self.cos, self.sin_signed = self._rope_table(capacity)
+
+    @torch.inference_mode()
+    def _rope_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [length, d] in the model's dtype from the model's own rotary module (the same values),
+        sin's first half negated as rotate_half would."""
+        positions = torch.arange(length, device=self.device)[None]  # [1, T]
+        cos, sin = self.rotary(torch.empty(0, dtype=self.dtype, device=self.device), positions)  # [1, T, d]
+        half = self.head_dim // 2
+        return cos[0].contiguous(), torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x [N, in] @ weight [out, in]ᵀ -> [N, out]: one row as a matrix-vector product, more as weight @ xᵀ
+    (on CPU both stream the weight faster than F.linear's x @ weightᵀ; docs/fastpath.md)."""
+    if x.shape[0] == 1:
+        return torch.mv(weight, x[0])[None]
+    return torch.mm(weight, x.t()).t().contiguous()
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """x [N, heads, d] -> x·cos + rotate_half(x)·sin, rotate_half's sign living in `sin_signed` [N, 1, d]."""
+    n, heads, d = x.shape
+    swapped = x.reshape(n, heads, 2, d // 2).flip(2).view(n, heads, d)  # halves swapped: one kernel
+    return x * cos + swapped * sin_signed
+
+
+_said: set[str] = set()
+
+
+def causal_lm(model: torch.nn.Module, name: str = "model", lean: bool | None = None) -> CachedLM | FastLM:
+    """The lean forward where it supports the model, else the plain Hugging Face forward, said once per
+    model. `lean` None reads SPECSCOPE_FORWARD ("plain" turns the lean forward off)."""
+    if lean is None:
+        lean = os.environ.get("SPECSCOPE_FORWARD", "lean") != "plain"
+    reason = unsupported_reason(model) if lean else None
+    if lean and reason is None:
+        return FastLM(model, name)
+    if reason and name not in _said:
+        _said.add(name)
+        warnings.warn(f"{name}: the lean forward does not support this model ({reason}); "
+                      "using the plain Hugging Face forward", stacklevel=2)
+    return CachedLM(model, name)

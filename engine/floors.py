@@ -1,0 +1,118 @@
+"""The hardware's floors under a forward pass: the time to read what it must read, and to do its arithmetic.
+
+A forward of n new tokens on a cache of c positions reads every weight once,
+whatever n (the input embeddings only for n rows, so they count only when the
+output head shares them), and the cache once:
+
+    memory floor(n, c)  = (weight bytes + KV bytes per position · (c + n)) / read bandwidth
+
+and does two FLOPs per weight per token in its matrix products, plus QKᵀ and
+PV over every cached column (a tree's mask hides some; the kernels compute
+them all the same):
+
+    compute floor(n, c) = (2 · matmul weights · n + 4 · layers · heads · d · n · (c + n)) / GEMM rate
+
+Both rates are measured on the device itself: the read bandwidth by summing a
+tensor far larger than the caches, the GEMM rate by a 256×2048×2048 product
+in the model's dtype. A measured forward over its floors says how much of the
+hardware it leaves unused: a one-token forward is memory-bound, a wide tree
+compute-bound.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+READ_MIB = 512
+GEMM_SHAPE = (256, 2048, 2048)
+
+
+@dataclass
+class Floors:
+    weight_bytes: int  # read once per forward
+    kv_bytes_per_position: int  # keys and values of one cached position, all layers
+    matmul_weights: int  # weights in matrix products (two FLOPs each per token)
+    attention_flops_per_pair: int  # FLOPs of QKᵀ and PV per (new token, cached column)
+    read_gb_s: float
+    gemm_gflops: float
+
+    def memory_ms(self, n: int, context: int) -> float:
+        return (self.weight_bytes + self.kv_bytes_per_position * (context + n)) / (self.read_gb_s * 1e6)
+
+    def compute_ms(self, n: int, context: int) -> float:
+        flops = 2 * self.matmul_weights * n + self.attention_flops_per_pair * n * (context + n)
+        return flops / (self.gemm_gflops * 1e6)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Floors":
+        return cls(**data)
+
+
+def model_floors(model: torch.nn.Module, read_gb_s: float, gemm_gflops: float) -> Floors:
+    """The byte and FLOP counts of a Hugging Face causal LM, with the measured rates."""
+    config = model.config
+    embeddings = model.get_input_embeddings().weight
+    output = model.get_output_embeddings()
+    tied = output is not None and output.weight.data_ptr() == embeddings.data_ptr()
+    weight_bytes = matmul_weights = 0
+    seen: set[int] = set()
+    for param in model.parameters():
+        if param.data_ptr() in seen or (param is embeddings and not tied):
+            continue  # a tied head is read once; untied input embeddings only for n rows
+        seen.add(param.data_ptr())
+        weight_bytes += param.numel() * param.element_size()
+        if param.dim() == 2:
+            matmul_weights += param.numel()
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    layers = config.num_hidden_layers
+    itemsize = embeddings.element_size()
+    return Floors(weight_bytes=weight_bytes, kv_bytes_per_position=2 * layers * kv_heads * head_dim * itemsize,
+                  matmul_weights=matmul_weights, attention_flops_per_pair=4 * layers * heads * head_dim,
+                  read_gb_s=read_gb_s, gemm_gflops=gemm_gflops)
+
+
+def _best_seconds(fn, device: torch.device, repeats: int) -> float:
+    fn()  # first touch: page faults and lazy initialisation are no part of the rate
+    best = float("inf")
+    for _ in range(repeats):
+        _synchronize(device)
+        start = time.perf_counter()
+        fn()
+        _synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_read_gb_s(device: torch.device, mib: int = READ_MIB, repeats: int = 5) -> float:
+    """GB/s of summing a float32 tensor of `mib` MiB (the best of `repeats`: closest to an idle machine)."""
+    data = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
+    seconds = _best_seconds(lambda: data.sum(), device, repeats)
+    return data.numel() * 4 / seconds / 1e9
+
+
+def measure_gemm_gflops(dtype: torch.dtype, device: torch.device, repeats: int = 5) -> float:
+    """GFLOP/s of a 256×2048×2048 matrix product in `dtype` (the best of `repeats`)."""
+    m, k, n = GEMM_SHAPE
+    a = torch.randn(m, k, device=device).to(dtype)
+    b = torch.randn(k, n, device=device).to(dtype)
+    seconds = _best_seconds(lambda: a @ b, device, repeats)
+    return 2 * m * k * n / seconds / 1e9
+
+
+def measure_floors(model: torch.nn.Module) -> Floors:
+    param = next(model.parameters())
+    return model_floors(model, measure_read_gb_s(param.device), measure_gemm_gflops(param.dtype, param.device))
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,85 @@
+"""Hugging Face's forward against the lean one (engine/fastlm.py), interleaved in one process.
+
+    python scripts/forward_bench.py --dtype bfloat16 --ns 1,16,64 --context 300 --rounds 12 --threads 1
+
+Both LMs wrap one loaded model (the lean one's fused weights are the model's own), hold the same
+random context, and run an N-token binary tree (N = 1: one token) in turn, round after round, so a
+burst of load from elsewhere lands on both. Each forward is cropped back to the context. Also
+timed in the same rounds: a plain read of every weight the forward multiplies by (`sum`), and the
+forward's matrix-vector products alone, so the lean one-token forward can be read against the
+bandwidth bound. Prints wall median and min, and process-CPU min (ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def binary_tree(n: int, context: int):
+    from engine.tree import position_ids, tree_attention_allowed
+
+    parent = [-1] + [(i - 1) // 2 for i in range(1, n)]
+    depth = [0]
+    for p in parent[1:]:
+        depth.append(depth[p] + 1)
+    return list(range(100, 100 + n)), position_ids(depth, context), tree_attention_allowed(parent, context)
+
+
+def main() -> None:
+    from transformers import AutoModelForCausalLM
+
+    from engine.embedded import embedded_model_dir
+    from engine.fastlm import FastLM
+    from engine.lm import CachedLM
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--ns", default="1,16,64")
+    parser.add_argument("--context", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    ns = [int(n) for n in args.ns.split(",")]
+    model = AutoModelForCausalLM.from_pretrained(str(embedded_model_dir()), dtype=getattr(torch, args.dtype)).eval()
+    lms = {"hf": CachedLM(model), "lean": FastLM(model)}
+    lean = lms["lean"]
+    context = torch.randint(0, model.config.vocab_size, (args.context,), generator=torch.Generator().manual_seed(0))
+    for lm in lms.values():
+        lm.forward_chain(context.tolist())
+    weights = [w for layer in lean.layers for w in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [lean.lm_head]
+    vectors = [torch.randn(w.shape[1]).to(w.dtype) for w in weights]
+
+    def forward(lm, n: int):
+        tokens, positions, allowed = trees[n]
+        return lambda: (lm.forward_chain(tokens) if n == 1 else lm.forward_tree(tokens, positions, allowed),
+                        lm.crop(args.context))
+
+    trees = {n: binary_tree(n, args.context) for n in ns}
+    runs = {"read every weight (sum)": lambda: [w.sum() for w in weights],
+            f"its {len(weights)} products, torch.mv": lambda: [torch.mv(w, v) for w, v in zip(weights, vectors)]}
+    for n in ns:
+        for name, lm in lms.items():
+            runs[f"{name} N={n}"] = forward(lm, n)
+    wall = {name: [] for name in runs}
+    cpu = {name: [] for name in runs}
+    for round_ in range(args.rounds + 2):  # two warm-up rounds
+        for name, run in runs.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            run()
+            if round_ >= 2:
+                wall[name].append((time.perf_counter() - start) * 1000)
+                cpu[name].append((time.process_time() - start_cpu) * 1000)
+    print(f"{args.dtype}, {args.threads} thread(s), context {args.context}, {args.rounds} rounds, "
+          f"load average {open('/proc/loadavg').read().split()[0]}")
+    for name in runs:
+        print(f"  {name:32s} wall median {statistics.median(wall[name]):7.1f}  min {min(wall[name]):7.1f}   "
+              f"cpu min {min(cpu[name]):7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
