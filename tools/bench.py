@@ -477,6 +477,7 @@ def command(args: argparse.Namespace) -> int:
         specs = [PolicySpec.parse(name) for name in dict.fromkeys(["ar", engine.default_policy])]
         print(f"policies: ar and the default, {engine.default_policy_note}")
     report = run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter)
+    report["source"] = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
     if args.note:
         report["note"] = args.note
     out = Path(args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
@@ -486,16 +487,9 @@ def command(args: argparse.Namespace) -> int:
     note = engine.costs_note_for([spec.policy for spec in specs])
     if note:
         print(f"note: {note}")
-    print(f"wrote {out / 'results.md'} and {out / 'results.json'}" + (f" and {len(charts)} charts" if charts else ""))
-    report["source"] = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
-    out = write_report(report, args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
-    print(markdown_table(report))
-    note = engine.costs_note_for([spec.policy for spec in specs])
-    if note:
-        print(f"note: {note}")
     if args.record_default:
         path = cost_table_path(engine, args.cost_table)
         record_default(engine, report, path)
         print(f"default policy: {engine.default_policy_note}; recorded in {path}")
-    print(f"wrote {out / 'results.md'} and {out / 'results.json'}")
+    print(f"wrote {out / 'results.md'} and {out / 'results.json'}" + (f" and {len(charts)} charts" if charts else ""))
     return 0
