@@ -127,3 +127,32 @@ export const arRun = [
     c: null, tokens_per_s: 200, wall_s: 0.01, draft_ms: 0, draft_forward_ms: 0, verify_ms: 10, other_ms: 0,
     stop_reason: "max_new_tokens" },
 ];
+
+// One eagle-like step whose rerank drops a kept node, so tree positions differ from draft node ids.
+const rerankHeader = { schema_version: 2, run_id: "r1", policy: "talon" };
+
+// Step 0: root -> a(1), b(2) kept, c pruned; layer 2: a -> d(3) kept, e pruned.
+// Rerank drops b (old 2), so the verified tree is [root, a, d] = old [0, 1, 3].
+export const rerankStep = [
+  { ...rerankHeader, type: "draft_layer", step: 0, depth: 1, threshold: null, anchor: null, candidates: [
+    candidate(0, 97, "a", 1, 0.6, true, 1, "topk"),
+    candidate(0, 98, " b", 1, 0.3, true, 2, "topk"),
+    candidate(0, 99, "c", 1, 0.05, false, null, "budget"),
+  ] },
+  { ...rerankHeader, type: "draft_layer", step: 0, depth: 2, threshold: 0.02, anchor: 0.5, candidates: [
+    candidate(1, 100, "\n", 2, 0.5, true, 3, "threshold"),
+    candidate(1, 101, "e", 2, 0.01, false, null, "below_threshold"),
+  ] },
+  { ...rerankHeader, type: "tree", step: 0, nodes: [
+    { node: 0, origin: 0, parent: -1, token: 42, text: "x", depth: 0, q: 1, score: 1, source: "root" },
+    { node: 1, origin: 1, parent: 0, token: 97, text: "a", depth: 1, q: 0.6, score: 0.6, source: "draft-lm" },
+    { node: 2, origin: 3, parent: 1, token: 100, text: "\n", depth: 2, q: 0.5, score: 0.5, source: "draft-lm" },
+  ], pruned: [candidate(0, 98, " b", 1, 0.3, false, 2, "rerank")] },
+  { ...rerankHeader, type: "verify", step: 0, nodes: [
+    { node: 1, token: 97, p: 0.9, q: 0.6, verdict: "accepted" },
+    { node: 2, token: 100, p: 0.1, q: 0.5, verdict: "rejected" },
+  ], emitted: { parent: 1, token: 102, text: "f", p: 0.8, kind: "recovered" }, accepted_path: [0, 1] },
+  { ...rerankHeader, type: "text", step: 0, tokens: [97, 102], text: "af", accepted: 1 },
+  { ...rerankHeader, type: "step_metrics", step: 0, accepted: 1, emitted: 2, tree_size: 2, depth: 2, width: 1,
+    draft_forwards: 2, draft_ms: 1, verify_ms: 2, other_ms: 0, new_tokens: 2 },
+];

@@ -7,39 +7,7 @@ import {
 } from "../../static/js/model/events.js";
 import { shadeClass, tokenLabel } from "../../static/js/model/format.js";
 import { decodeSetup, encodeSetup, paramControls } from "../../static/js/model/setup.js";
-
-const header = { schema_version: 1, run_id: "r1", policy: "talon" };
-
-function candidate(parent, token, text, depth, score, kept, node, reason) {
-  return { parent, token, text, depth, q: score, score, source: "draft-lm", kept, expanded: kept, reason,
-           threshold: null, node, detail: {} };
-}
-
-// Step 0: root -> a(1), b(2) kept, c pruned; layer 2: a -> d(3) kept, e pruned.
-// Rerank drops b (old 2), so the verified tree is [root, a, d] = old [0, 1, 3].
-const stepEvents = [
-  { ...header, type: "draft_layer", step: 0, depth: 1, threshold: null, anchor: null, candidates: [
-    candidate(0, 97, "a", 1, 0.6, true, 1, "topk"),
-    candidate(0, 98, " b", 1, 0.3, true, 2, "topk"),
-    candidate(0, 99, "c", 1, 0.05, false, null, "budget"),
-  ] },
-  { ...header, type: "draft_layer", step: 0, depth: 2, threshold: 0.02, anchor: 0.5, candidates: [
-    candidate(1, 100, "\n", 2, 0.5, true, 3, "threshold"),
-    candidate(1, 101, "e", 2, 0.01, false, null, "below_threshold"),
-  ] },
-  { ...header, type: "tree", step: 0, nodes: [
-    { node: 0, parent: -1, token: 42, text: "x", depth: 0, q: 1, score: 1, source: "root" },
-    { node: 1, parent: 0, token: 97, text: "a", depth: 1, q: 0.6, score: 0.6, source: "draft-lm" },
-    { node: 2, parent: 1, token: 100, text: "\n", depth: 2, q: 0.5, score: 0.5, source: "draft-lm" },
-  ], pruned: [candidate(0, 98, " b", 1, 0.3, false, 2, "rerank")] },
-  { ...header, type: "verify", step: 0, nodes: [
-    { node: 1, token: 97, p: 0.9, q: 0.6, verdict: "accepted" },
-    { node: 2, token: 100, p: 0.1, q: 0.5, verdict: "rejected" },
-  ], emitted: { parent: 1, token: 102, text: "f", p: 0.8, kind: "recovered" }, accepted_path: [0, 1] },
-  { ...header, type: "text", step: 0, tokens: [97, 102], text: "af", accepted: 1 },
-  { ...header, type: "step_metrics", step: 0, accepted: 1, emitted: 2, tree_size: 2, depth: 2, width: 1,
-    draft_forwards: 2, draft_ms: 1, verify_ms: 2, other_ms: 0, new_tokens: 2 },
-];
+import { rerankStep as stepEvents } from "./fixtures.mjs";
 
 test("tokenLabel_makes_whitespace_visible", () => {
   assert.equal(tokenLabel(" the\n"), "␣the↵");
@@ -61,9 +29,10 @@ test("fold_maps_verify_verdicts_through_the_rerank_to_pre_rerank_nodes", () => {
   assert.equal(step.nodes.get("n0").text, "x");
 });
 
-test("fold_uses_origin_when_the_tree_event_gives_it", () => {
+test("fold_matches_tree_positions_by_token_when_a_schema_1_tree_has_no_origin", () => {
   const events = structuredClone(stepEvents);
-  events[2].nodes.forEach((n, i) => { n.origin = [0, 1, 3][i]; });
+  events.forEach((e) => { e.schema_version = 1; });
+  events[2].nodes.forEach((n) => { delete n.origin; });
   assert.deepEqual(foldEvents(events).steps[0].postToId, ["n0", "n1", "n3"]);
 });
 
