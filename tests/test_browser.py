@@ -3,85 +3,37 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
+from browser_harness import ARTIFACTS, chromium, served, watched_page
+
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-gpu"]
 PROMPT = "Count from one to ten in words, separated by commas."
 MAX_NEW_TOKENS = 24
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server_url():
-    port = free_port()
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "browser-server.log", "w")
     # float32: the page's "identical to ar" is judged where it holds exactly (bf16 flips near-ties).
-    process = subprocess.Popen([sys.executable, "-m", "app.serve", "--port", str(port), "--dtype", "float32"], cwd=ROOT,
-                               stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(url, process)
+    with served(["--dtype", "float32"], "browser-server.log") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
-
-
-def wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}; see test-artifacts/browser-server.log")
-        try:
-            urllib.request.urlopen(f"{url}/api/info", timeout=2)
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError("server did not come up")
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture
 def page(browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    # The server's Content-Security-Policy blocks inline script and style: a blocked one is a broken page.
-    page.on("console", lambda message: errors.append(message.text) if "Content Security Policy" in message.text
-            else None)
+    page = watched_page(browser, {"width": 1400, "height": 1000})
     yield page
     page.close()
-    assert not errors, errors
+    assert not page.errors, page.errors
 
 
 # Predicates for wait_for_function are written as functions: a bare expression is polled with eval() in the
@@ -187,8 +139,10 @@ def test_replay_of_a_shipped_trace_steps_with_the_keyboard(page, server_url):
     page.keyboard.press("End")
     page.keyboard.press("Home")
     page.keyboard.press("Shift+ArrowRight")
-    for _ in range(20):
+    for _ in range(20):  # one phase at a time: each press moves the URL's phase before the next is read
+        before = page.evaluate("() => location.search")
         page.keyboard.press("ArrowRight")
+        page.wait_for_function("(before) => location.search !== before", arg=before)
         if page.text_content("[data-testid=phase-name]") == "commit":
             break
     assert label.inner_text().startswith("step 2 ")

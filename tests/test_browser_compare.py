@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 import shipped_traces
-from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, wait_until_up
+from browser_harness import ARTIFACTS, ROOT, chromium, served, watched_page
 
 pytestmark = pytest.mark.slow
 
@@ -27,42 +23,22 @@ SIZES = [(1440, 900), (1024, 768), (390, 844)]
 
 @pytest.fixture(scope="module")
 def replay_url():
-    port = free_port()
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "browser-replay-server.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "app.serve", "--replay-only", "--port", str(port)], cwd=ROOT,
-                               stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(url, process)
+    with served(["--replay-only"], "browser-replay-server.log") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture
 def page(browser):
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    # The server's Content-Security-Policy refuses inline script and style: a page that tries fails its test.
-    page.on("console", lambda message: errors.append(message.text) if "Content Security Policy" in message.text
-            else None)
+    page = watched_page(browser, {"width": 1440, "height": 900})
     yield page
     page.close()
-    assert not errors, errors
+    assert not page.errors, page.errors
 
 
 def trace_steps(name: str) -> dict[str, list[int]]:

@@ -5,12 +5,6 @@ back of a room, the theory panels carry the engine's own numbers, export and lin
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,13 +13,11 @@ import pytest
 from engine.tree import position_ids, tree_attention_allowed
 
 import shipped_traces
+from browser_harness import ARTIFACTS, chromium, served, watched_page
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-gpu"]
 PHASE_NAMES = {"draft", "rerank", "verify", "accept", "commit"}
 SCREEN = {"width": 1440, "height": 900}
 PROJECTOR = {"width": 1920, "height": 1080}
@@ -33,57 +25,20 @@ PROJECTOR = {"width": 1920, "height": 1080}
 LESSONS = shipped_traces.names()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server_url():
-    port = free_port()
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "lecture-server.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "app.serve", "--replay-only", "--port", str(port)], cwd=ROOT,
-                               stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError("replay server exited; see test-artifacts/lecture-server.log")
-            try:
-                urllib.request.urlopen(f"{url}/api/info", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+    with served(["--replay-only"], "lecture-server.log") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 def new_page(browser, viewport):
-    page = browser.new_page(viewport=viewport, accept_downloads=True)
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    # The server's Content-Security-Policy refuses inline styles and scripts: the page must need neither.
-    page.on("console", lambda message: page.errors.append(message.text)
-            if "Content Security Policy" in message.text else None)
-    return page
+    return watched_page(browser, viewport, accept_downloads=True)
 
 
 @pytest.fixture
