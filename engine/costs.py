@@ -217,11 +217,15 @@ def _bucket(grid: list[int], value: float) -> int:
 
 
 def _step_up(xs: list[int], ys: list[float], x: float) -> float:
-    """ys at the smallest xs ≥ x; past the last, the mean slope of the last octave (xs[-1]/2 … xs[-1]) goes on.
+    """ys at the smallest xs ≥ x; past the last, a slope goes on: the last octave's (xs[-1]/2 … xs[-1]),
+    or the whole table's where that is steeper. A noisy table whose running maximum leaves its last
+    octave flat must not price a tree twice the measured size as free.
 
     >>> xs, ys = [1, 16, 32, 64], [10.0, 10.0, 12.0, 16.0]
     >>> _step_up(xs, ys, 17), _step_up(xs, ys, 32), _step_up(xs, ys, 0.5), _step_up(xs, ys, 96)
     (12.0, 12.0, 10.0, 20.0)
+    >>> _step_up([1, 32, 64], [10.0, 73.0, 73.0], 127)  # flat last octave: the whole table's 1 ms a token
+    136.0
     """
     k = bisect.bisect_left(xs, x)
     if k < len(xs):
@@ -229,8 +233,9 @@ def _step_up(xs: list[int], ys: list[float], x: float) -> float:
     low = max(bisect.bisect_right(xs, xs[-1] / 2) - 1, 0)
     if xs[low] == xs[-1]:
         return ys[-1]
-    slope = (ys[-1] - ys[low]) / (xs[-1] - xs[low])
-    return ys[-1] + slope * (x - xs[-1])
+    octave = (ys[-1] - ys[low]) / (xs[-1] - xs[low])
+    whole = (ys[-1] - ys[0]) / (xs[-1] - xs[0])
+    return ys[-1] + max(octave, whole) * (x - xs[-1])
 
 
 def _non_decreasing(row: list[float]) -> list[float]:

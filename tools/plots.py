@@ -127,6 +127,18 @@ class Linear:
         return self.start + (value - self.low) / span * (self.end - self.start)
 
 
+def log2_ticks(values: list[int]) -> list[float]:
+    """Ticks of a log₂ axis over measured values: the powers of two among them, and the last.
+
+    >>> log2_ticks(list(range(1, 65)))
+    [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    >>> log2_ticks([1, 3, 5, 48])
+    [1.0, 48.0]
+    """
+    last = max(values)
+    return [float(v) for v in values if math.log2(v).is_integer() or v == last]
+
+
 @dataclass
 class Log2:
     low: float
@@ -329,7 +341,7 @@ def cost_chart(report: dict[str, Any]) -> str:
     x_scale = Log2(min(ns), max(ns), x0, x1)
     top = max(max(line["ratio"]) for line in data["lines"])
     y_scale = Linear(0, max(nice_ticks(0, top)), y0, y1)
-    svg.x_axis(x_scale, [float(n) for n in ns], "tokens in one forward (n, log scale)", tick_text=lambda t: str(int(t)))
+    svg.x_axis(x_scale, log2_ticks(ns), "tokens in one forward (n, log scale)", tick_text=lambda t: str(int(t)))
     svg.y_axis(y_scale, nice_ticks(0, y_scale.high), "time(n) / time(1)")
     svg.add("line", x1=float(x0), y1=y_scale(1.0), x2=float(x1), y2=y_scale(1.0), stroke="#222", stroke_dasharray="4 3",
             class_="reference")

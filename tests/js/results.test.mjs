@@ -5,7 +5,7 @@ import { test } from "node:test";
 import {
   categoryRows, checkReport, coloursOf, costSeries, describeReport, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
 } from "../../static/js/model/results.js";
-import { linear, log2, niceMax, niceTicks } from "../../static/js/model/scale.js";
+import { linear, log2, log2Ticks, niceMax, niceTicks } from "../../static/js/model/scale.js";
 
 const REPORT = {
   target: "t", drafter: "hybrid", device: "cpu", dtype: "bfloat16", prompts: 2, max_new_tokens: 8, temperature: 0,
@@ -74,4 +74,9 @@ test("category_rows_read_like_spec_bench", () => {
 test("a_reports_note_is_said_with_it", () => {
   assert.match(describeReport({ ...REPORT, note: "under load" }), /temperature 0\. Note: under load$/);
   assert.doesNotMatch(describeReport(REPORT), /Note/);
+});
+
+test("a_log2_axis_over_every_n_labels_the_powers_of_two_and_the_last", () => {
+  assert.deepEqual(log2Ticks(Array.from({ length: 64 }, (_, i) => i + 1)), [1, 2, 4, 8, 16, 32, 64]);
+  assert.deepEqual(log2Ticks([1, 3, 5, 48]), [1, 48]);
 });

@@ -41,6 +41,13 @@ export function log2(low, high, start, end) {
   return Object.assign(scale, { low, high, start, end });
 }
 
+/** Ticks of a log₂ axis over measured values: the powers of two among them, and the last (every n from 1 to
+ *  64 would print 64 labels on top of each other). */
+export function log2Ticks(values) {
+  const last = Math.max(...values);
+  return values.filter((v) => Number.isInteger(Math.log2(v)) || v === last);
+}
+
 /** Numbers for tick labels: short, no trailing zeros. */
 export function tickText(value) {
   return String(Math.round(value * 100) / 100);

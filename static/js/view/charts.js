@@ -3,7 +3,7 @@
 // (data-policy, data-value, …) so tests and readers can check a chart against its source.
 
 import { formatNumber } from "../model/format.js";
-import { linear, log2, niceMax, niceTicks, tickText } from "../model/scale.js";
+import { linear, log2, log2Ticks, niceMax, niceTicks, tickText } from "../model/scale.js";
 import { el, svgEl } from "./dom.js";
 
 // ---------------------------------------------------------------- frame and axes
@@ -180,7 +180,7 @@ export function costChart(data, palette, { width = 640 } = {}) {
   const ns = data.ns;
   const x = log2(Math.min(...ns), Math.max(...ns), x0, x1);
   const y = linear(0, niceMax(data.lines.flatMap((l) => l.ratio)), y0, y1);
-  axisX(chart, x, ns, "tokens in one forward (n, log scale)", String);
+  axisX(chart, x, log2Ticks(ns), "tokens in one forward (n, log scale)", String);
   axisY(chart, y, niceTicks(0, y.high), "time(n) / time(1)");
   referenceLine(chart, x0, y(1), x1, y(1));
   data.lines.forEach((line, i) => {
