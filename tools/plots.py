@@ -249,7 +249,7 @@ class Svg:
 def speedup_chart(report: dict[str, Any]) -> str:
     bars = speedup_series(report)
     colours = colour_of(report["results"])
-    names = [bar["label"] + (" (Hugging Face)" if bar["baseline"] else "") for bar in bars]
+    names = [bar["label"] for bar in bars]  # Hugging Face's baselines (hf-…) are told by their grey
     svg = Svg("Speedup vs ar (tokens/s over ar's, same prompts)", height=max(200, 96 + 28 * len(bars)),
               left=16 + 7 * max(map(len, names), default=4))
     x0, x1, y0, y1 = svg.plot
