@@ -67,6 +67,15 @@ def chromium() -> Iterator:
             browser.close()
 
 
+@contextmanager
+def checked_page(browser, viewport: dict[str, int], **options) -> Iterator:
+    """A watched page that, once its test is done, closes and fails the test if it saw an error."""
+    page = watched_page(browser, viewport, **options)
+    yield page
+    page.close()
+    assert not page.errors, page.errors
+
+
 def watched_page(browser, viewport: dict[str, int], **options):
     """A new page whose `errors` collects script errors and Content-Security-Policy refusals: the server's
     CSP refuses inline script, inline style and eval, so a page that needs any of them is broken."""

@@ -19,6 +19,15 @@ def random_prompts(count: int, seed: int) -> list[str]:
     return ["".join(chr(rng.randrange(97, 123)) for _ in range(rng.randrange(2, 24))) for _ in range(count)]
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium through Playwright, one per browser-test module (tests/browser_harness.py)."""
+    from browser_harness import chromium
+
+    with chromium() as browser:
+        yield browser
+
+
 @pytest.fixture(autouse=True)
 def one_thread_for_tiny_models(request):
     """Tiny models run fastest on one thread; tests of the real model ask for every core."""

@@ -41,7 +41,7 @@ DRAFT_FORWARD_MS, VERIFY_MS, OTHER_MS, POLICY_MS = 1.0, 10.0, 0.5, 0.25
 def record(engine: SpecEngine, name: str, request: dict[str, Any]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     engine.run(GenerationRequest(prompt=PROMPT, **request), lambda event: events.append(event.model_dump(mode="json")))
-    return [fix_clock(event, name) for event in steady(events)]
+    return [{**event, "run_id": name} for event in steady(events)]
 
 
 def steady(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -59,10 +59,6 @@ def steady(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             event.update(totals, wall_s=wall_s, tokens_per_s=event["new_tokens"] / wall_s,
                          c=DRAFT_FORWARD_MS / VERIFY_MS if forwards else None)
     return events
-
-
-def fix_clock(event: dict[str, Any], name: str) -> dict[str, Any]:
-    return {**event, "run_id": name}
 
 
 def recorded_runs() -> dict[str, list[dict[str, Any]]]:

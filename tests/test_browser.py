@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from browser_harness import ARTIFACTS, chromium, served, watched_page
+from browser_harness import ARTIFACTS, checked_page, served
 
 pytestmark = pytest.mark.slow
 
@@ -22,18 +22,10 @@ def server_url():
         yield url
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
 @pytest.fixture
 def page(browser):
-    page = watched_page(browser, {"width": 1400, "height": 1000})
-    yield page
-    page.close()
-    assert not page.errors, page.errors
+    with checked_page(browser, {"width": 1400, "height": 1000}) as page:
+        yield page
 
 
 # Predicates for wait_for_function are written as functions: a bare expression is polled with eval() in the

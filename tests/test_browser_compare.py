@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import shipped_traces
-from browser_harness import ARTIFACTS, ROOT, chromium, served, watched_page
+from browser_harness import ARTIFACTS, ROOT, checked_page, served
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +27,10 @@ def replay_url():
         yield url
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
 @pytest.fixture
 def page(browser):
-    page = watched_page(browser, {"width": 1440, "height": 900})
-    yield page
-    page.close()
-    assert not page.errors, page.errors
+    with checked_page(browser, {"width": 1440, "height": 900}) as page:
+        yield page
 
 
 def trace_steps(name: str) -> dict[str, list[int]]:

@@ -13,7 +13,7 @@ import pytest
 from engine.tree import position_ids, tree_attention_allowed
 
 import shipped_traces
-from browser_harness import ARTIFACTS, chromium, served, watched_page
+from browser_harness import ARTIFACTS, checked_page, served, watched_page
 
 pytestmark = pytest.mark.slow
 
@@ -31,30 +31,20 @@ def server_url():
         yield url
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
 def new_page(browser, viewport):
     return watched_page(browser, viewport, accept_downloads=True)
 
 
 @pytest.fixture
 def screen(browser):
-    page = new_page(browser, SCREEN)
-    yield page
-    page.close()
-    assert not page.errors, page.errors
+    with checked_page(browser, SCREEN, accept_downloads=True) as page:
+        yield page
 
 
 @pytest.fixture
 def projector(browser):
-    page = new_page(browser, PROJECTOR)
-    yield page
-    page.close()
-    assert not page.errors, page.errors
+    with checked_page(browser, PROJECTOR, accept_downloads=True) as page:
+        yield page
 
 
 # ---------------------------------------------------------------- helpers
