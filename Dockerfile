@@ -29,10 +29,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# python:*-slim lacks make; CUDA images lack Python too; a debootstrapped base may have both already.
-RUN if ! command -v make >/dev/null || ! python3 -c "import ensurepip" 2>/dev/null; then \
+# python:*-slim lacks make and gcc (which builds the native kernel of the lean forward); CUDA images
+# lack Python too; a debootstrapped base may have them all already.
+RUN if ! command -v make >/dev/null || ! command -v gcc >/dev/null || ! python3 -c "import ensurepip" 2>/dev/null; then \
         apt-get update \
-        && apt-get install -y --no-install-recommends make \
+        && apt-get install -y --no-install-recommends make gcc libc6-dev \
         && (python3 -c "import ensurepip" 2>/dev/null \
             || apt-get install -y --no-install-recommends python3 python3-venv python3-pip) \
         && rm -rf /var/lib/apt/lists/*; \
@@ -50,8 +51,10 @@ RUN make torch TORCH_PIP_ARGS="${TORCH_PIP_ARGS}"
 COPY --chown=specscope:specscope . .
 RUN make install EXTRAS=
 
-# Dequantize the embedded model once at build time, so the first start is quick.
+# Dequantize the embedded model once at build time, so the first start is quick; build the native kernel
+# too where this CPU can run it (a machine with another CPU builds its own on first use, in about a second).
 RUN .venv/bin/python -c "from engine.embedded import embedded_model_dir; embedded_model_dir()"
+RUN .venv/bin/python -c "from engine import native; native.kernel()" || echo "no native kernel on this CPU"
 
 ENV SPECSCOPE_HOST=0.0.0.0 \
     SPECSCOPE_PORT=8000 \

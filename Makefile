@@ -10,7 +10,7 @@ TORCH_PIP_ARGS ?=
 # The package's optional extras; the image installs none (no test tools in a server).
 EXTRAS ?= dev
 
-.PHONY: install torch serve test test-fast browser image clean
+.PHONY: install torch serve test test-fast browser compiler image clean
 
 install: $(STAMP)
 
@@ -19,7 +19,7 @@ torch: $(TORCH_STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/specscope serve
 
-test: $(STAMP) browser
+test: $(STAMP) browser compiler
 	$(VENV)/bin/pytest
 
 # The tiny-model tests only: no real model, no browser.
@@ -45,6 +45,11 @@ $(STAMP): $(TORCH_STAMP) pyproject.toml
 browser:
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 	@command -v node >/dev/null || { apt-get update -q && apt-get install -y -q nodejs; }
+
+# gcc builds the lean forward's native kernel (engine/native/forward.c) on first use; without it the
+# engine runs torch's ops and says so, and the kernel's tests could not run.
+compiler:
+	@command -v gcc >/dev/null || { apt-get update -q && apt-get install -y -q gcc libc6-dev; }
 
 # Build the Dockerfile on a base image made from Debian's own packages, run it, and check the page and a short run
 # (needs root, podman and debootstrap; no image registry). See "Container" in README.md.

@@ -275,12 +275,26 @@ def resolve_costs(path: Path | None, saved: Path) -> CostTable:
     return CostTable.assumed()
 
 
-def costs_note(table: CostTable) -> str | None:
-    """What a user should hear about the costs cast and talon-adaptive read; None when they were measured."""
-    if table.measured:
-        return None
-    return ("costs are assumed, not measured on this machine: cast and talon-adaptive size their trees from "
-            "a generic CPU profile; run `specscope profile` to measure this device")
+def costs_note(table: CostTable, forward: str | None = None) -> str | None:
+    """What a user should hear about the costs cast and talon-adaptive read; None when they were measured
+    here through the forward this run verifies with (`forward`: "native", "lean" or "plain").
+
+    >>> table = CostTable.assumed()
+    >>> table.target.source, table.meta["forward"] = "measured", "lean"
+    >>> costs_note(table, forward="native")[:52]
+    'the cost table was measured through the lean forward'
+    >>> costs_note(table, forward="lean") is None
+    True
+    """
+    if not table.measured:
+        return ("costs are assumed, not measured on this machine: cast and talon-adaptive size their trees from "
+                "a generic CPU profile; run `specscope profile` to measure this device")
+    measured_through = table.meta.get("forward")
+    if forward and measured_through and measured_through != forward:
+        return (f"the cost table was measured through the {measured_through} forward, but this run verifies "
+                f"through the {forward} one: run `specscope profile` again so cast and talon-adaptive price "
+                "trees at what they now cost")
+    return None
 
 
 FASTEST = "fastest_policy"  # meta key: the policy `specscope bench --record-default` measured fastest here

@@ -87,13 +87,18 @@ class SpecEngine:
                           drafters=list(self.drafters), default_drafter=self.default_drafter,
                           default_policy=self.default_policy, default_policy_note=self.default_policy_note,
                           costs=self.costs.target.source,
-                          costs_note=costs_note(self.costs))
+                          costs_note=costs_note(self.costs, self.forward_name))
 
     def costs_note_for(self, policies: list[str]) -> str | None:
         """What to tell a user of these policies about the costs: None unless one reads assumed costs."""
         if any(POLICIES[name].needs_costs for name in policies if name in POLICIES):
-            return costs_note(self.costs)
+            return costs_note(self.costs, self.forward_name)
         return None
+
+    @property
+    def forward_name(self) -> str:
+        """Which forward verifies: "native", "lean" (engine/fastlm.py) or "plain" (Hugging Face's)."""
+        return getattr(self.target, "forward_name", "plain")
 
     def validate(self, request: GenerationRequest) -> Prepared:
         """The one check of a request against this engine; a RequestError names the field at fault."""

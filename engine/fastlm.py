@@ -16,10 +16,18 @@ model, in the spirit of gpt-fast's model.py:
   layers, masking only the columns some token may not see (the [N, N] tree
   block for a verify), and SDPA reads the KV heads without repeating them;
 - one-row products run as matrix-vector products (torch.mv), N rows as
-  weight @ xᵀ: both measured faster on a CPU than F.linear (docs/fastpath.md).
+  weight @ xᵀ: both measured faster on a CPU than F.linear (docs/fastpath.md);
+- in bfloat16 on a CPU with AVX512-BF16, a forward of up to 256 new tokens
+  with AMX (any tree; 4 without) runs whole in one call of the native kernel
+  (engine/native/forward.c): every weight read once per 64 tokens at close to
+  the read bandwidth, and each token's logits bit for bit those it gets when
+  decoded alone, so greedy trees equal ar in bfloat16 too. Longer prompts and
+  float32 stay on torch's ops.
 
 `causal_lm` picks this path where `unsupported_reason` finds nothing, else the
-plain Hugging Face forward, and says so once.
+plain Hugging Face forward, and says so once; `SPECSCOPE_FORWARD` chooses
+"native" (the default: the kernel where it runs), "lean" (torch's ops only) or
+"plain".
 """
 
 from __future__ import annotations
@@ -31,9 +39,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine import native
 from engine.lm import CachedLM, ForwardOutput
 
 MIN_CAPACITY = 256
+FORWARDS = ("native", "lean", "plain")
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -84,7 +94,7 @@ def _fuse(linears: list[torch.nn.Linear]) -> torch.Tensor:
 class FastLM:
     """A Llama causal LM with a static KV cache and a lean forward; see the module docstring."""
 
-    def __init__(self, model: torch.nn.Module, name: str = "model"):
+    def __init__(self, model: torch.nn.Module, name: str = "model", kernel: bool = True):
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"{name}: the lean forward cannot run this model: {reason}")
@@ -114,6 +124,29 @@ class FastLM:
         self.kv = torch.empty(0, dtype=self.dtype, device=self.device)  # [L, 2, kv, C, d] once grown
         self.cos = self.sin_signed = self.kv  # [C, d] each once grown
         self._grow(MIN_CAPACITY)
+        self.kernel, self.kernel_reason = self._bind_kernel(name) if kernel else (None, "not asked for")
+        self.kernel_max_tokens = self.kernel.library.native_max_tokens() if self.kernel else 0
+
+    def _bind_kernel(self, name: str) -> tuple[native.NativeForward | None, str | None]:
+        """The native kernel bound to these weights, or None and why it cannot run them (said once where
+        it is the machine or the model's shape, not the dtype, that keeps it out)."""
+        if self.dtype != torch.bfloat16 or self.device.type != "cpu":
+            return None, f"it runs bfloat16 on a CPU, not {str(self.dtype).removeprefix('torch.')} on {self.device.type}"
+        reason = native.unsupported_shape(self.config)
+        if reason is None:
+            try:
+                return native.NativeForward(self), None
+            except native.NativeUnavailable as error:
+                reason = str(error)
+        if reason not in _said:
+            _said.add(reason)
+            warnings.warn(f"{name}: the native kernel does not run here ({reason}); using torch's ops", stacklevel=3)
+        return None, reason
+
+    @property
+    def forward_name(self) -> str:
+        """Which forward runs a few tokens: "native" (the kernel) or "lean" (torch's ops)."""
+        return "native" if self.kernel else "lean"
 
     @property
     def max_length(self) -> int:
@@ -173,6 +206,8 @@ class FastLM:
         end = start + n
         self._grow(end)
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [N, H]
+        if self.kernel and n <= self.kernel_max_tokens:
+            return self._forward_native(x, positions, masked, hidden_layers)
         cos, sin = self.cos[positions][:, None], self.sin_signed[positions][:, None]  # [N, 1, d]
         attend = self._mask(masked, n, start)
         features = {}
@@ -185,6 +220,19 @@ class FastLM:
         logits = linear(x, self.lm_head)  # [N, V]
         return ForwardOutput(logits=logits if logits.dtype == torch.float64 else logits.float(),
                              hidden=tuple(features[i % len(features)] for i in hidden_layers))
+
+    def _forward_native(self, x: torch.Tensor, positions: torch.Tensor, masked: torch.Tensor | None,
+                        hidden_layers: tuple[int, ...]) -> ForwardOutput:
+        """The same forward in one call of the native kernel; `masked` as in `_forward`."""
+        n, start = x.shape[0], self.length
+        if masked is None and n > 1:
+            masked = torch.ones(n, n, dtype=torch.bool).tril()  # causal among the new tokens
+        if masked is not None and (masked.shape[1] == 0 or bool(masked.all())):
+            masked = None
+        layers = len(self.layers) + 1  # Hugging Face's hidden_states: every layer's input, then the last
+        logits, features = self.kernel(x, positions, masked, start, [i % layers for i in hidden_layers])
+        self.length = start + n
+        return ForwardOutput(logits=logits.float(), hidden=tuple(features))
 
     def _layer(self, cache: torch.Tensor, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                attend: dict, start: int, end: int) -> torch.Tensor:
@@ -265,14 +313,17 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch
 _said: set[str] = set()
 
 
-def causal_lm(model: torch.nn.Module, name: str = "model", lean: bool | None = None) -> CachedLM | FastLM:
-    """The lean forward where it supports the model, else the plain Hugging Face forward, said once per
-    model. `lean` None reads SPECSCOPE_FORWARD ("plain" turns the lean forward off)."""
-    if lean is None:
-        lean = os.environ.get("SPECSCOPE_FORWARD", "lean") != "plain"
+def causal_lm(model: torch.nn.Module, name: str = "model", forward: str | None = None) -> CachedLM | FastLM:
+    """The lean forward (with the native kernel where it runs) where it supports the model, else the
+    plain Hugging Face forward, said once per model. `forward` None reads SPECSCOPE_FORWARD:
+    "native" (the default), "lean" (torch's ops only) or "plain" (Hugging Face's forward)."""
+    forward = forward or os.environ.get("SPECSCOPE_FORWARD") or "native"
+    if forward not in FORWARDS:
+        raise ValueError(f"SPECSCOPE_FORWARD: {forward!r} is not one of {', '.join(FORWARDS)}")
+    lean = forward != "plain"
     reason = unsupported_reason(model) if lean else None
     if lean and reason is None:
-        return FastLM(model, name)
+        return FastLM(model, name, kernel=forward == "native")
     if reason and name not in _said:
         _said.add(name)
         warnings.warn(f"{name}: the lean forward does not support this model ({reason}); "

@@ -71,9 +71,10 @@ def perturbed_copy(model: LlamaForCausalLM, noise: float, seed: int) -> LlamaFor
 
 
 def tiny_engine(seed: int = 0, dtype: torch.dtype = torch.float32, vocab_size: int = TINY_VOCAB,
-                draft_noise: float = 0.2, sharpness: float = 1.0, codec: Codec | None = None) -> SpecEngine:
+                draft_noise: float = 0.2, sharpness: float = 1.0, codec: Codec | None = None,
+                hidden: int = 64) -> SpecEngine:
     """A tiny target and a noisy copy of it as the draft LM, every drafter wired."""
-    target_model = tiny_llama(seed, vocab_size, dtype=dtype, sharpness=sharpness)
+    target_model = tiny_llama(seed, vocab_size, hidden=hidden, dtype=dtype, sharpness=sharpness)
     target = causal_lm(target_model, name="tiny-target")
     draft = causal_lm(perturbed_copy(target_model, draft_noise, seed + 1), name="tiny-draft")
     drafters = {

@@ -137,7 +137,7 @@ def test_a_model_the_lean_forward_cannot_run_falls_back_to_hugging_face_and_says
 
 def test_the_plain_forward_can_be_asked_for(monkeypatch):
     assert type(causal_lm(tiny_llama(seed=0))) is FastLM
-    assert type(causal_lm(tiny_llama(seed=0), lean=False)) is CachedLM
+    assert type(causal_lm(tiny_llama(seed=0), forward="plain")) is CachedLM
     monkeypatch.setenv("SPECSCOPE_FORWARD", "plain")
     assert type(causal_lm(tiny_llama(seed=0))) is CachedLM
 

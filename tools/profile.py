@@ -205,8 +205,9 @@ def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress
 
 
 def _forward_kind(lm: Any) -> str:
-    """Which forward batch 1 was timed through: "lean" (engine/fastlm.py) or "plain" (Hugging Face's)."""
-    return "lean" if type(lm).__name__ == "FastLM" else "plain"
+    """Which forward batch 1 was timed through: "native" (engine/fastlm.py with its kernel), "lean"
+    (engine/fastlm.py on torch's ops) or "plain" (Hugging Face's)."""
+    return getattr(lm, "forward_name", "plain")
 
 
 def _load_average() -> float | None:

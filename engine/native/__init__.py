@@ -1,0 +1,169 @@
+"""The bfloat16 CPU kernel of the lean forward (forward.c), compiled once per machine and called through ctypes.
+
+`kernel()` gives the loaded library or raises `NativeUnavailable` saying why
+(not an x86-64 Linux CPU with AVX512-BF16, no C compiler, a failed build).
+The shared object is cached under the specscope cache, keyed by the source,
+the compiler, its flags and the CPU, so it is built once (about a second) and
+never twice for the same machine. It is linked against the OpenMP runtime
+torch has already loaded, so its threads are torch's threads.
+
+`NativeForward` holds the pointers of one `FastLM`'s weights and runs its
+forward of N tokens: see forward.c for what it computes and how it rounds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from engine.embedded import cache_root
+
+SOURCE = Path(__file__).with_name("forward.c")
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+
+
+class NativeUnavailable(RuntimeError):
+    """The kernel cannot run on this machine; the message says why."""
+
+
+def _cpu() -> tuple[str, set[str]]:
+    """The CPU's model name and feature flags, from /proc/cpuinfo."""
+    model, flags = "", set()
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    return model, flags
+
+
+@functools.cache
+def kernel() -> ctypes.CDLL:
+    """The compiled kernel, built on first use and cached on disk."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        raise NativeUnavailable(f"the kernel is written for x86-64 Linux, not {platform.system()} {platform.machine()}")
+    model, flags = _cpu()
+    if "avx512_bf16" not in flags:
+        raise NativeUnavailable("this CPU has no AVX512-BF16")
+    compiler = shutil.which(os.environ.get("CC", "gcc"))
+    if compiler is None:
+        raise NativeUnavailable("no C compiler (gcc) on the PATH")
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), model.encode(),
+                                     " ".join(sorted(flags)).encode()])).hexdigest()[:16]
+    path = cache_root() / "native" / f"forward-{key}.so"
+    if not path.exists():
+        _build(compiler, path)
+    torch.get_num_threads()  # torch's OpenMP runtime is loaded: the kernel binds to it, not a second one
+    return _declare(ctypes.CDLL(str(path)))
+
+
+def _build(compiler: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+        built = Path(scratch) / path.name
+        result = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE), "-lm"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise NativeUnavailable(f"{compiler} could not build {SOURCE.name}: {result.stderr.strip()[-500:]}")
+        os.replace(built, path)  # atomic: a second process building at once finds a whole file
+
+
+class Dims(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int32) for name in
+                ("layers", "hidden", "heads", "kv_heads", "head_dim", "inter", "vocab")] + [("eps", ctypes.c_float)]
+
+
+class LayerWeights(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in ("qkv", "o", "gate_up", "down", "attn_norm", "mlp_norm")]
+
+
+class Forward(ctypes.Structure):
+    _fields_ = ([("dims", ctypes.POINTER(Dims))]
+                + [(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns", "threads")]
+                + [(name, ctypes.c_void_p) for name in
+                   ("positions", "cos", "sin_signed", "kv", "mask", "layers", "final_norm", "lm_head", "x",
+                    "normed", "qkv", "heads_out", "projected", "gate_up", "mlp", "logits", "features",
+                    "feature_slot", "timings")])
+
+
+def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
+    library.forward.argtypes = [ctypes.POINTER(Forward)]
+    library.forward.restype = ctypes.c_int
+    library.native_max_tokens.restype = ctypes.c_int
+    return library
+
+
+def unsupported_shape(config) -> str | None:
+    """Why the kernel's blocking cannot take these dimensions, or None."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if config.hidden_size % 32 or config.intermediate_size % 32 or head_dim % 32 or head_dim > 256:
+        return "hidden, intermediate and head sizes must be multiples of 32 (head size at most 256)"
+    if config.vocab_size % 4 or (config.num_attention_heads + 2 * config.num_key_value_heads) * head_dim % 4:
+        return "output sizes must be multiples of 4"
+    return None
+
+
+def _address(tensor: torch.Tensor | None) -> int | None:
+    if tensor is None:
+        return None
+    assert tensor.is_contiguous(), "the kernel reads contiguous tensors"
+    return tensor.data_ptr()
+
+
+class NativeForward:
+    """The kernel bound to one FastLM's weights (which must stay alive and in place)."""
+
+    def __init__(self, lm) -> None:
+        self.library = kernel()
+        config = lm.config
+        self.dims = Dims(len(lm.layers), config.hidden_size, lm.heads, lm.kv_heads, lm.head_dim,
+                         config.intermediate_size, lm.lm_head.shape[0], lm.eps)
+        self.layers = (LayerWeights * len(lm.layers))(*[
+            LayerWeights(*(_address(w) for w in (l.qkv, l.o, l.gate_up, l.down, l.attn_norm, l.mlp_norm)))
+            for l in lm.layers])
+        self.lm = lm
+        self.timings = None  # a ctypes double[4] to add each stage's seconds into (glue, products, attention, output)
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
+                 feature_layers: list[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits [N, V] (bf16) and the residual stream at `feature_layers` ([N, H] each) for x [N, H]
+        at rotary `positions` [N], the new keys and values written from cache slot `start` on; `mask`
+        [N, M] bool over the last M columns (None: every column visible)."""
+        lm, dims = self.lm, self.dims
+        n, hidden, inter = x.shape[0], dims.hidden, dims.inter
+        width = (dims.heads + 2 * dims.kv_heads) * dims.head_dim
+        new = functools.partial(torch.empty, dtype=torch.bfloat16)
+        x = x.contiguous().clone()  # the kernel updates the residual stream in place
+        logits = new(n, dims.vocab)
+        slots = sorted(set(feature_layers))
+        features = new(len(slots), n, hidden) if slots else None
+        feature_slot = torch.full((dims.layers + 1,), -1, dtype=torch.int32)
+        for index, layer in enumerate(slots):
+            feature_slot[layer] = index
+        mask = None if mask is None else mask.to(torch.uint8).contiguous()
+        positions = positions.to(torch.int64).contiguous()
+        scratch = {"normed": new(n, hidden), "qkv": new(n, width), "heads_out": new(n, dims.heads * dims.head_dim),
+                   "projected": new(n, hidden), "gate_up": new(n, 2 * inter), "mlp": new(n, inter)}
+        call = Forward(ctypes.pointer(dims), n, start, lm.capacity, 0 if mask is None else mask.shape[1],
+                       torch.get_num_threads(),
+                       _address(positions), _address(lm.cos), _address(lm.sin_signed), _address(lm.kv),
+                       _address(mask), ctypes.addressof(self.layers), _address(lm.norm), _address(lm.lm_head),
+                       _address(x), *(_address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected",
+                                                                      "gate_up", "mlp")),
+                       _address(logits), _address(features), _address(feature_slot), self.timings)
+        if self.library.forward(ctypes.byref(call)) != 0:
+            raise RuntimeError("the native forward refused its dimensions")
+        return logits, [features[slots.index(layer)] for layer in feature_layers] if slots else []

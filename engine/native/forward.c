@@ -1,0 +1,495 @@
+/* The lean forward's bfloat16 CPU kernel: a whole Llama forward of N new tokens in one call.
+ *
+ * engine/native/__init__.py compiles this file once per machine (gcc -O3 -march=native -fopenmp)
+ * and engine/fastlm.py calls `forward` for bfloat16 forwards of a few tokens on a CPU with
+ * AVX512-BF16. Why it exists: torch's bfloat16 matrix-vector product streams a layer's small
+ * weights (0.7–3.5 MB) at half the read bandwidth, and the ~60 small ops a layer needs around its
+ * products cost as much again in dispatch (docs/fastpath.md). Here every product is a blocked
+ * dot product (vdpbf16ps: bf16 pairs, exact products, float32 sums), the glue runs in place, and
+ * the whole forward is one OpenMP parallel region with a barrier between stages.
+ *
+ * Rounding follows Hugging Face's bfloat16 forward: every op's result is rounded to bfloat16 where
+ * torch would round it (products, norms, RoPE's two products and their sum, the residual adds,
+ * SiLU and its product with up). Only the order of float32 sums differs from torch's kernels, so
+ * logits agree to bfloat16 rounding, not bit for bit: near-ties may flip, as between torch's own
+ * one-row and N-row products. Float32 models never come here.
+ *
+ * Shapes (row-major, bf16 unless said): x [N, H]; kv [L, 2, kv_heads, C, d]; cos, sin_signed
+ * [C, d]; mask [N, M] uint8 over the last M of the S = start + N columns (NULL: all visible);
+ * weights per layer: qkv [(h + 2 kv) d, H], o [H, h d], gate_up [2 I, H], down [H, I]; logits
+ * [N, V]; features [F, N, H] for the layers `feature_slot` maps to a slot (-1: not wanted).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+
+typedef uint16_t bf16;
+
+typedef struct {
+    int32_t layers, hidden, heads, kv_heads, head_dim, inter, vocab;
+    float eps;
+} Dims;
+
+typedef struct {
+    const bf16 *qkv, *o, *gate_up, *down, *attn_norm, *mlp_norm;
+} LayerWeights;
+
+static inline float to_float(bf16 v) {
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline bf16 to_bf16(float f) { /* round to nearest even, as torch does */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16)(u >> 16);
+}
+
+static inline float round_bf16(float f) { return to_float(to_bf16(f)); }
+
+/* Sixteen lanes at a time: bf16 → float32 is exact (a shift); float32 → bf16 rounds to nearest even. */
+static inline __m512 load16(const bf16 *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+static inline __m256i pack16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+
+static inline void store16(bf16 *p, __m512 v) { _mm256_storeu_si256((__m256i *)p, pack16(v)); }
+
+static inline __m512 round16(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(pack16(v)), 16));
+}
+
+/* e^x = 2^i · 2^f with i = round(x log2 e), |f| ≤ 1/2, and 2^f by its Taylor series to f^6 (relative
+ * error about 1e-7, far below bfloat16's 4e-3). Inputs below -104 give 0. */
+static inline __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.f)), _mm512_set1_ps(88.7f));
+    __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    __m512 i = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_mul_ps(_mm512_sub_ps(y, i), _mm512_set1_ps(0.693147180559945309f)); /* f ln 2 */
+    __m512 p = _mm512_set1_ps(1.f / 720);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 120));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 24));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 6));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+    return _mm512_scalef_ps(p, i);
+}
+
+/* out[t, r] = bf16(Σ_k W[r, k] x[t, k]) for a block of 4 rows and TOKENS tokens: each weight
+ * vector is loaded once for all tokens, each token vector once for all rows. */
+static inline __attribute__((always_inline)) void dot_block(const bf16 *x, int K, const bf16 *W, int R,
+                                                            int r0, int t0, bf16 *out, const int TOKENS) {
+    __m512 acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 32) {
+        __m512bh w[4];
+        for (int i = 0; i < 4; i++) w[i] = (__m512bh)_mm512_loadu_si512(W + (size_t)(r0 + i) * K + k);
+        for (int j = 0; j < TOKENS; j++) {
+            __m512bh v = (__m512bh)_mm512_loadu_si512(x + (size_t)(t0 + j) * K + k);
+            for (int i = 0; i < 4; i++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], w[i], v);
+        }
+    }
+    for (int j = 0; j < TOKENS; j++)
+        for (int i = 0; i < 4; i++) out[(size_t)(t0 + j) * R + r0 + i] = to_bf16(_mm512_reduce_add_ps(acc[i][j]));
+}
+
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ with AVX512-BF16 dot products, rows shared among the team. */
+static void matmul_dots(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out) {
+#pragma omp for schedule(static)
+    for (int b = 0; b < R / 4; b++) {
+        int t0 = 0;
+        for (; t0 + 4 <= n; t0 += 4) dot_block(x, K, W, R, b * 4, t0, out, 4);
+        switch (n - t0) {
+        case 3: dot_block(x, K, W, R, b * 4, t0, out, 3); break;
+        case 2: dot_block(x, K, W, R, b * 4, t0, out, 2); break;
+        case 1: dot_block(x, K, W, R, b * 4, t0, out, 1); break;
+        }
+    }
+}
+
+#ifdef __AMX_BF16__
+/* AMX: a tile product C[16 r, 16 t] += A[16 r, 32 k] · B[16 k-pairs, 16 t, 2] takes the weights as they
+ * lie (A: 16 rows of W, stride K) and the activations packed in pairs of k ("VNNI"), so up to 64 tokens
+ * cost one pass over the weights: a 16-token verify reads what a one-token forward reads. */
+#include <sys/syscall.h>
+#include <unistd.h>
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define AMX_MAX_TOKENS 64
+
+typedef struct __attribute__((aligned(64))) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} TileConfig;
+
+static int amx_ready(void) { /* the kernel asks Linux once for the tile state */
+    static int ready = -1;
+    if (ready < 0) ready = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    return ready;
+}
+
+static void amx_configure(void) { /* tiles 0–3: C for four blocks of 16 tokens; 4: A (weights); 5: B */
+    TileConfig config = {0};
+    config.palette = 1;
+    for (int tile = 0; tile < 6; tile++) config.rows[tile] = 16, config.colsb[tile] = 64;
+    _tile_loadconfig(&config);
+}
+
+/* x [N, K] as pairs: packed[block][k / 32][16 pairs][16 tokens], one 1 KB B tile per (block, k / 32). */
+static void amx_pack(const bf16 *x, int n, int K, uint32_t *packed) {
+    const int pairs = K / 2;
+    for (int t = 0; t < n; t++) {
+        const uint32_t *row = (const uint32_t *)(x + (size_t)t * K);
+        uint32_t *block = packed + (size_t)(t / 16) * pairs * 16 + t % 16;
+        for (int p = 0; p < pairs; p++) block[(size_t)p * 16] = row[p];
+    }
+}
+
+/* out[t, r0 + i] = c[i][t − t0]: each token's 16 outputs gathered from a column of the tile. */
+static inline void amx_store(int r0, int t0, int n, int R, bf16 *out, float c[16][16]) {
+    const __m512i column = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    for (int t = t0; t < n && t < t0 + 16; t++)
+        store16(out + (size_t)t * R + r0, _mm512_i32gather_ps(column, &c[0][t - t0], 4));
+}
+
+static void matmul_amx(const uint32_t *packed, int n, int K, const bf16 *W, int R, bf16 *out) {
+    const int blocks = (n + 15) / 16;
+    const size_t block_size = (size_t)K / 2 * 16;
+    float c[16][16] __attribute__((aligned(64)));
+#pragma omp for schedule(static)
+    for (int r0 = 0; r0 < R; r0 += 16) {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int k = 0; k < K; k += 32) {
+            _tile_loadd(4, W + (size_t)r0 * K + k, K * 2);
+            const uint32_t *b = packed + (size_t)k / 2 * 16;
+            _tile_loadd(5, b, 64); _tile_dpbf16ps(0, 4, 5);
+            if (blocks > 1) { _tile_loadd(5, b + block_size, 64); _tile_dpbf16ps(1, 4, 5); }
+            if (blocks > 2) { _tile_loadd(5, b + 2 * block_size, 64); _tile_dpbf16ps(2, 4, 5); }
+            if (blocks > 3) { _tile_loadd(5, b + 3 * block_size, 64); _tile_dpbf16ps(3, 4, 5); }
+        }
+        _tile_stored(0, c, 64); amx_store(r0, 0, n, R, out, c);
+        if (blocks > 1) { _tile_stored(1, c, 64); amx_store(r0, 16, n, R, out, c); }
+        if (blocks > 2) { _tile_stored(2, c, 64); amx_store(r0, 32, n, R, out, c); }
+        if (blocks > 3) { _tile_stored(3, c, 64); amx_store(r0, 48, n, R, out, c); }
+    }
+}
+#endif
+
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch.
+ * AMX takes the tokens 64 at a time (one pass over the weights each); every output is the same sum
+ * in the same order whatever N is, so a token's logits do not depend on the tokens beside it. */
+static void matmul(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out, uint32_t *packed) {
+#ifdef __AMX_BF16__
+    if (packed != NULL && R % 16 == 0) {
+        for (int t0 = 0; t0 < n; t0 += AMX_MAX_TOKENS) {
+            int chunk = n - t0 < AMX_MAX_TOKENS ? n - t0 : AMX_MAX_TOKENS;
+#pragma omp single
+            amx_pack(x + (size_t)t0 * K, chunk, K, packed);
+            matmul_amx(packed, chunk, K, W, R, out + (size_t)t0 * R);
+        }
+        return;
+    }
+#endif
+    (void)packed;
+    matmul_dots(x, n, K, W, R, out);
+}
+
+/* The most new tokens a forward should bring here: with AMX any tree (a 64-token one costs about two
+ * one-token forwards; a long prompt goes to torch, whose attention is faster there); dot products
+ * alone outrun torch's oneDNN only for a few tokens (docs/fastpath.md). */
+int native_max_tokens(void) {
+#ifdef __AMX_BF16__
+    if (amx_ready()) return 256;
+#endif
+    return 4;
+}
+
+/* Llama's RMSNorm in Hugging Face's order: normalise in float32, round, then scale and round. */
+static void rms_norm(const bf16 *x, int n, int H, const bf16 *weight, float eps, bf16 *out) {
+    for (int t = 0; t < n; t++) {
+        const bf16 *row = x + (size_t)t * H;
+        __m512 squares = _mm512_setzero_ps();
+        for (int k = 0; k < H; k += 16) squares = _mm512_fmadd_ps(load16(row + k), load16(row + k), squares);
+        __m512 scale = _mm512_set1_ps(1.f / sqrtf(_mm512_reduce_add_ps(squares) / H + eps));
+        for (int k = 0; k < H; k += 16)
+            store16(out + (size_t)t * H + k,
+                    _mm512_mul_ps(load16(weight + k), round16(_mm512_mul_ps(load16(row + k), scale))));
+    }
+}
+
+/* In place on one head vector [d]: x·cos + rotate_half(x)·sin, each product and the sum rounded as
+ * torch rounds them (rotate_half's sign lives in sin_signed). */
+static void rope(bf16 *x, const bf16 *cos, const bf16 *sin_signed, int d) {
+    const int half = d / 2;
+    for (int k = 0; k < half; k += 16) {
+        __m512 a = load16(x + k), b = load16(x + half + k);
+        __m512 first = _mm512_add_ps(round16(_mm512_mul_ps(a, load16(cos + k))),
+                                     round16(_mm512_mul_ps(b, load16(sin_signed + k))));
+        __m512 second = _mm512_add_ps(round16(_mm512_mul_ps(b, load16(cos + half + k))),
+                                      round16(_mm512_mul_ps(a, load16(sin_signed + half + k))));
+        store16(x + k, first);
+        store16(x + half + k, second);
+    }
+}
+
+/* x += y [count], rounded: the residual adds. */
+static void add_rounded(bf16 *x, const bf16 *y, size_t count) {
+    for (size_t k = 0; k < count; k += 16) store16(x + k, _mm512_add_ps(load16(x + k), load16(y + k)));
+}
+
+/* out = bf16(bf16(silu(gate)) · up) over I features, SiLU in float32 as torch computes it. */
+static void silu_times(const bf16 *gate, const bf16 *up, int I, bf16 *out) {
+    for (int k = 0; k < I; k += 16) {
+        __m512 a = load16(gate + k);
+        __m512 silu = _mm512_div_ps(a, _mm512_add_ps(_mm512_set1_ps(1.f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), a))));
+        store16(out + k, _mm512_mul_ps(round16(silu), load16(up + k)));
+    }
+}
+
+static inline float dot(const bf16 *a, const bf16 *b, int d) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int k = 0; k < d; k += 32)
+        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(a + k), (__m512bh)_mm512_loadu_si512(b + k));
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* Up to 16 query heads of one KV group, attended together: they share every key and value read. */
+typedef struct {
+    const bf16 *q[16];  /* [d] each, after RoPE */
+    int token[16];      /* which new token each belongs to (its mask row) */
+    bf16 *out[16];      /* [d] each */
+    int count;
+} Queries;
+
+/* scores [count, S] = q · k for every cached column k of K [S, d]: AMX tiles of 16 columns × 16
+ * queries where the CPU has them (K tiles read straight from the cache, the queries packed in
+ * pairs), else one dot product per pair. */
+static void score(const Queries *Q, const bf16 *K, int S, int d, int amx, float *scores) {
+#ifdef __AMX_BF16__
+    if (amx) {
+        uint32_t pairs[128 * 16] __attribute__((aligned(64))) = {0}; /* [d / 32][16 pairs][16 queries] */
+        float c[16][16] __attribute__((aligned(64)));
+        for (int i = 0; i < Q->count; i++) {
+            const uint32_t *q = (const uint32_t *)Q->q[i];
+            for (int p = 0; p < d / 2; p++) pairs[p * 16 + i] = q[p];
+        }
+        for (int c0 = 0; c0 < S; c0 += 16) { /* rows past S are cache slots not yet written: ignored */
+            _tile_zero(0);
+            for (int k = 0; k < d; k += 32) {
+                _tile_loadd(4, K + (size_t)c0 * d + k, d * 2);
+                _tile_loadd(5, pairs + k / 2 * 16, 64);
+                _tile_dpbf16ps(0, 4, 5);
+            }
+            _tile_stored(0, c, 64);
+            int rows = S - c0 < 16 ? S - c0 : 16;
+            for (int i = 0; i < Q->count; i++)
+                for (int r = 0; r < rows; r++) scores[(size_t)i * S + c0 + r] = c[r][i];
+        }
+        return;
+    }
+#endif
+    (void)amx;
+    for (int i = 0; i < Q->count; i++)
+        for (int c = 0; c < S; c++) scores[(size_t)i * S + c] = dot(Q->q[i], K + (size_t)c * d, d);
+}
+
+/* row [S] of scores → e^((s − max) / √d) in place, masked columns exactly 0. */
+static void soften(float *row, int S, float scale) {
+    __m512 best = _mm512_set1_ps(-INFINITY);
+    for (int c = 0; c < S; c += 16) {
+        __mmask16 lanes = S - c >= 16 ? 0xffff : (__mmask16)((1u << (S - c)) - 1);
+        best = _mm512_max_ps(best, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), lanes, row + c));
+    }
+    __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(best)), factor = _mm512_set1_ps(scale);
+    for (int c = 0; c < S; c += 16) {
+        __mmask16 lanes = S - c >= 16 ? 0xffff : (__mmask16)((1u << (S - c)) - 1);
+        __m512 s = _mm512_maskz_loadu_ps(lanes, row + c);
+        __mmask16 seen = _mm512_mask_cmp_ps_mask(lanes, s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+        _mm512_mask_storeu_ps(row + c, lanes, _mm512_maskz_mov_ps(seen, exp16(_mm512_mul_ps(_mm512_sub_ps(s, top), factor))));
+    }
+}
+
+/* out_j = Σ_c p_j[c] V[c] / Σ_c p_j[c] for up to 4 queries at once, each value row read once for all.
+ * Both sums run over the columns in order, one term each: a tree node's masked columns add exact
+ * zeros, so it gets the same bits as the node decoded alone, whose ancestors sit at other slots. */
+static inline __attribute__((always_inline)) void weigh(const float *p, int S, int count, const bf16 *V, int d,
+                                                        bf16 *const *out, const int D16) {
+    __m512 acc[4][16];
+    float total[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int j = 0; j < 4; j++)
+        for (int k = 0; k < D16; k++) acc[j][k] = _mm512_setzero_ps();
+    for (int c = 0; c < S; c++) {
+        __m512 v[16];
+        for (int k = 0; k < D16; k++) v[k] = load16(V + (size_t)c * d + 16 * k);
+        for (int j = 0; j < count; j++) {
+            float w = p[(size_t)j * S + c];
+            __m512 weight = _mm512_set1_ps(w);
+            total[j] += w;
+            for (int k = 0; k < D16; k++) acc[j][k] = _mm512_fmadd_ps(weight, v[k], acc[j][k]);
+        }
+    }
+    for (int j = 0; j < count; j++)
+        for (int k = 0; k < D16; k++)
+            store16(out[j] + 16 * k, _mm512_mul_ps(acc[j][k], _mm512_set1_ps(1.f / total[j])));
+}
+
+/* softmax(q·Kᵀ / √d) V for a block of queries over S columns, float32 throughout, each output rounded
+ * once; `mask` [N, M] (or NULL) says which of the last M columns each query's token sees. */
+static void attend(const Queries *Q, const bf16 *K, const bf16 *V, int S, int d, int M, const uint8_t *mask,
+                   int amx, float *scores) {
+    score(Q, K, S, d, amx, scores);
+    for (int i = 0; i < Q->count; i++) {
+        float *row = scores + (size_t)i * S;
+        if (mask != NULL)
+            for (int c = 0; c < M; c++)
+                if (!mask[(size_t)Q->token[i] * M + c]) row[S - M + c] = -INFINITY;
+        soften(row, S, 1.f / sqrtf((float)d));
+    }
+    for (int j = 0; j < Q->count; j += 4) {
+        int count = Q->count - j < 4 ? Q->count - j : 4;
+        const float *p = scores + (size_t)j * S;
+        switch (d / 16) {
+        case 2: weigh(p, S, count, V, d, Q->out + j, 2); break;
+        case 4: weigh(p, S, count, V, d, Q->out + j, 4); break;
+        case 8: weigh(p, S, count, V, d, Q->out + j, 8); break;
+        default: weigh(p, S, count, V, d, Q->out + j, d / 16); break;
+        }
+    }
+}
+
+/* Everything `forward` reads and writes; buffers come from the caller (torch tensors). */
+typedef struct {
+    const Dims *dims;
+    int n, start, capacity, masked_columns, threads;
+    const int64_t *positions;          /* [N] rotary positions */
+    const bf16 *cos, *sin_signed;      /* [C, d] */
+    bf16 *kv;                          /* [L, 2, kv, C, d] */
+    const uint8_t *mask;               /* [N, M] or NULL */
+    const LayerWeights *layers;        /* [L] */
+    const bf16 *final_norm, *lm_head;  /* [H], [V, H] */
+    bf16 *x;                           /* [N, H]: the embeddings in, the residual stream through */
+    bf16 *normed, *qkv, *heads_out, *projected, *gate_up, *mlp; /* scratch */
+    bf16 *logits;                      /* [N, V] */
+    bf16 *features;                    /* [F, N, H] or NULL */
+    const int32_t *feature_slot;       /* [L + 1] */
+    double *timings;                   /* [4] seconds added per stage: glue, products, attention, output; or NULL */
+} Forward;
+
+static void save_feature(const Forward *f, int layer, const bf16 *x) {
+    if (f->features == NULL || f->feature_slot[layer] < 0) return;
+    size_t size = (size_t)f->n * f->dims->hidden;
+    memcpy(f->features + (size_t)f->feature_slot[layer] * size, x, size * sizeof(bf16));
+}
+
+int forward(const Forward *f) {
+    const Dims *D = f->dims;
+    const int n = f->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
+    const int S = f->start + n, width = (h + 2 * g) * d, group = h / g, blocks = (n * group + 15) / 16;
+    if (H % 32 || I % 32 || d % 32 || d > 256 || width % 4 || D->vocab % 4 || f->capacity % 16 || h % g) return 1;
+    int amx = 0;
+    uint32_t *packed = NULL; /* the activations in AMX's pairs, shared by the team */
+#ifdef __AMX_BF16__
+    amx = amx_ready();
+    int widest = H > I ? H : I;
+    if (h * d > widest) widest = h * d;
+    if (amx) packed = calloc((size_t)4 * widest / 2 * 16, sizeof(uint32_t));
+#endif
+    double last = omp_get_wtime();
+#define MARK(stage) /* stage times, read on the master thread after a barrier */                         \
+    if (f->timings) {                                                                                    \
+        _Pragma("omp master") {                                                                          \
+            double now = omp_get_wtime();                                                                \
+            f->timings[stage] += now - last, last = now;                                                 \
+        }                                                                                                \
+    }
+#pragma omp parallel num_threads(f->threads)
+    {
+#ifdef __AMX_BF16__
+        if (amx) amx_configure();
+#endif
+        float *scores = malloc(sizeof(float) * 16 * (size_t)S);
+        for (int l = 0; l < D->layers; l++) {
+            const LayerWeights *w = &f->layers[l];
+            bf16 *keys = f->kv + (size_t)l * 2 * g * f->capacity * d, *values = keys + (size_t)g * f->capacity * d;
+#pragma omp single
+            {
+                save_feature(f, l, f->x);
+                rms_norm(f->x, n, H, w->attn_norm, D->eps, f->normed);
+            }
+            MARK(0);
+            matmul(f->normed, n, H, w->qkv, width, f->qkv, packed);
+            MARK(1);
+#pragma omp for schedule(static)
+            for (int t = 0; t < n; t++) { /* RoPE on q and k; k and v into the cache at slot start + t */
+                bf16 *row = f->qkv + (size_t)t * width;
+                const int64_t position = f->positions[t];
+                for (int head = 0; head < h + g; head++)
+                    rope(row + head * d, f->cos + position * d, f->sin_signed + position * d, d);
+                for (int j = 0; j < g; j++) {
+                    size_t slot = ((size_t)j * f->capacity + f->start + t) * d;
+                    memcpy(keys + slot, row + (h + j) * d, d * sizeof(bf16));
+                    memcpy(values + slot, row + (h + g + j) * d, d * sizeof(bf16));
+                }
+            }
+            MARK(0);
+#pragma omp for schedule(static)
+            for (int task = 0; task < g * blocks; task++) {
+                int j = task / blocks, first = task % blocks * 16;
+                Queries Q = {.count = n * group - first < 16 ? n * group - first : 16};
+                for (int i = 0; i < Q.count; i++) {
+                    int t = (first + i) / group, head = j * group + (first + i) % group;
+                    Q.q[i] = f->qkv + (size_t)t * width + head * d;
+                    Q.token[i] = t;
+                    Q.out[i] = f->heads_out + ((size_t)t * h + head) * d;
+                }
+                attend(&Q, keys + (size_t)j * f->capacity * d, values + (size_t)j * f->capacity * d, S, d,
+                       f->masked_columns, f->mask, amx, scores);
+            }
+            MARK(2);
+            matmul(f->heads_out, n, h * d, w->o, H, f->projected, packed);
+            MARK(1);
+#pragma omp single
+            {
+                add_rounded(f->x, f->projected, (size_t)n * H);
+                rms_norm(f->x, n, H, w->mlp_norm, D->eps, f->normed);
+            }
+            MARK(0);
+            matmul(f->normed, n, H, w->gate_up, 2 * I, f->gate_up, packed);
+            MARK(1);
+#pragma omp for schedule(static)
+            for (int t = 0; t < n; t++)
+                silu_times(f->gate_up + (size_t)t * 2 * I, f->gate_up + (size_t)t * 2 * I + I, I, f->mlp + (size_t)t * I);
+            MARK(0);
+            matmul(f->mlp, n, I, w->down, H, f->projected, packed);
+            MARK(1);
+#pragma omp single
+            add_rounded(f->x, f->projected, (size_t)n * H);
+        }
+#pragma omp single
+        {
+            rms_norm(f->x, n, H, f->final_norm, D->eps, f->normed);
+            save_feature(f, D->layers, f->normed);
+        }
+        MARK(0);
+        matmul(f->normed, n, H, f->lm_head, D->vocab, f->logits, packed);
+        MARK(3);
+        free(scores);
+#ifdef __AMX_BF16__
+        if (amx) _tile_release();
+#endif
+    }
+#undef MARK
+    free(packed);
+    return 0;
+}
