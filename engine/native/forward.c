@@ -146,21 +146,56 @@ static void amx_configure(void) { /* tiles 0–3: C for four blocks of 16 tokens
     _tile_loadconfig(&config);
 }
 
-/* x [N, K] as pairs: packed[block][k / 32][16 pairs][16 tokens], one 1 KB B tile per (block, k / 32). */
-static void amx_pack(const bf16 *x, int n, int K, uint32_t *packed) {
-    const int pairs = K / 2;
-    for (int t = 0; t < n; t++) {
-        const uint32_t *row = (const uint32_t *)(x + (size_t)t * K);
-        uint32_t *block = packed + (size_t)(t / 16) * pairs * 16 + t % 16;
-        for (int p = 0; p < pairs; p++) block[(size_t)p * 16] = row[p];
+/* 16 rows of 16 32-bit lanes, transposed in registers: rows[i][j] becomes rows[j][i]. */
+static inline void transpose16(__m512i rows[16]) {
+    __m512i t[16], u[16], v[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* u[i + k]: element k of rows i..i+3, per 128-bit lane */
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int half = 0; half < 16; half += 8) /* v: lanes of rows i..i+7 gathered in pairs */
+        for (int k = 0; k < 4; k++) {
+            v[half + 2 * k] = _mm512_shuffle_i32x4(u[half + k], u[half + 4 + k], 0x88);
+            v[half + 2 * k + 1] = _mm512_shuffle_i32x4(u[half + k], u[half + 4 + k], 0xdd);
+        }
+    for (int k = 0; k < 4; k++) { /* element k + 4m of all 16 rows */
+        rows[k] = _mm512_shuffle_i32x4(v[2 * k], v[8 + 2 * k], 0x88);
+        rows[k + 8] = _mm512_shuffle_i32x4(v[2 * k], v[8 + 2 * k], 0xdd);
+        rows[k + 4] = _mm512_shuffle_i32x4(v[2 * k + 1], v[8 + 2 * k + 1], 0x88);
+        rows[k + 12] = _mm512_shuffle_i32x4(v[2 * k + 1], v[8 + 2 * k + 1], 0xdd);
     }
 }
 
-/* out[t, r0 + i] = c[i][t − t0]: each token's 16 outputs gathered from a column of the tile. */
+/* x [N, K] as pairs: packed[block][k / 32][16 pairs][16 tokens], one 1 KB B tile per (block, k / 32):
+ * each 16 tokens × 16 pairs is one transpose, shared among the team. */
+static void amx_pack(const bf16 *x, int n, int K, uint32_t *packed) {
+    const int pairs = K / 2, blocks = (n + 15) / 16;
+#pragma omp for schedule(static)
+    for (int task = 0; task < blocks * (pairs / 16); task++) {
+        int block = task / (pairs / 16), p0 = task % (pairs / 16) * 16;
+        __m512i rows[16];
+        for (int i = 0; i < 16; i++) {
+            int t = block * 16 + i;
+            rows[i] = t < n ? _mm512_loadu_si512(x + (size_t)t * K + 2 * p0) : _mm512_setzero_si512();
+        }
+        transpose16(rows);
+        uint32_t *tile = packed + ((size_t)block * pairs + p0) * 16;
+        for (int p = 0; p < 16; p++) _mm512_storeu_si512(tile + p * 16, rows[p]);
+    }
+}
+
+/* out[t, r0 + i] = c[i][t − t0]: the tile transposed, each token's 16 outputs rounded and stored. */
 static inline void amx_store(int r0, int t0, int n, int R, bf16 *out, float c[16][16]) {
-    const __m512i column = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
-    for (int t = t0; t < n && t < t0 + 16; t++)
-        store16(out + (size_t)t * R + r0, _mm512_i32gather_ps(column, &c[0][t - t0], 4));
+    __m512i rows[16];
+    for (int i = 0; i < 16; i++) rows[i] = _mm512_load_si512(c[i]);
+    transpose16(rows);
+    for (int t = t0; t < n && t < t0 + 16; t++) store16(out + (size_t)t * R + r0, _mm512_castsi512_ps(rows[t - t0]));
 }
 
 static void matmul_amx(const uint32_t *packed, int n, int K, const bf16 *W, int R, bf16 *out) {
@@ -194,7 +229,6 @@ static void matmul(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out,
     if (packed != NULL && R % 16 == 0) {
         for (int t0 = 0; t0 < n; t0 += AMX_MAX_TOKENS) {
             int chunk = n - t0 < AMX_MAX_TOKENS ? n - t0 : AMX_MAX_TOKENS;
-#pragma omp single
             amx_pack(x + (size_t)t0 * K, chunk, K, packed);
             matmul_amx(packed, chunk, K, W, R, out + (size_t)t0 * R);
         }
@@ -292,9 +326,11 @@ static void score(const Queries *Q, const bf16 *K, int S, int d, int amx, float 
                 _tile_dpbf16ps(0, 4, 5);
             }
             _tile_stored(0, c, 64);
-            int rows = S - c0 < 16 ? S - c0 : 16;
-            for (int i = 0; i < Q->count; i++)
-                for (int r = 0; r < rows; r++) scores[(size_t)i * S + c0 + r] = c[r][i];
+            __m512i rows[16];
+            for (int r = 0; r < 16; r++) rows[r] = _mm512_load_si512(c[r]);
+            transpose16(rows); /* rows[i]: query i's scores over the 16 columns */
+            __mmask16 lanes = S - c0 >= 16 ? 0xffff : (__mmask16)((1u << (S - c0)) - 1);
+            for (int i = 0; i < Q->count; i++) _mm512_mask_storeu_ps(scores + (size_t)i * S + c0, lanes, _mm512_castsi512_ps(rows[i]));
         }
         return;
     }
