@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from engine.codec import HFCodec
+from engine import native
 from engine.costs import resolve_costs, saved_table_path
 from engine.device import device_name, pick_device, pick_dtype
 from engine.drafters.base import Drafter
@@ -77,6 +78,10 @@ def head_drafters(head_dir: str | Path, target_model: torch.nn.Module, dtype: to
     """Factories for the `head` and `hybrid` drafters over one loaded head (weights shared by both)."""
     embeddings = target_model.get_input_embeddings().weight.detach()  # [V, H]
     head = load_head(head_dir, embeddings, dtype).to(embeddings.device)
+    try:
+        native.use_kernel_linears(head)  # bfloat16 on a CPU that runs the kernel; else a no-op
+    except native.NativeUnavailable:
+        pass  # the target's FastLM has said why, once
     name = model_name or Path(head_dir).name
     layers = target_model.config.num_hidden_layers
     return {

@@ -9,6 +9,8 @@ torch has already loaded, so its threads are torch's threads.
 
 `NativeForward` holds the pointers of one `FastLM`'s weights and runs its
 forward of N tokens: see forward.c for what it computes and how it rounds.
+`KernelLinear` puts the kernel's product under a bfloat16 `nn.Linear` (the
+EAGLE-3 head's): `use_kernel_linears(module)` swaps them in where it can.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from engine.embedded import cache_root
 
@@ -103,6 +107,9 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.forward.argtypes = [ctypes.POINTER(Forward)]
     library.forward.restype = ctypes.c_int
     library.native_max_tokens.restype = ctypes.c_int
+    library.linear.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                               ctypes.c_void_p, ctypes.c_int]
+    library.linear.restype = ctypes.c_int
     return library
 
 
@@ -167,3 +174,40 @@ class NativeForward:
         if self.library.forward(ctypes.byref(call)) != 0:
             raise RuntimeError("the native forward refused its dimensions")
         return logits, [features[slots.index(layer)] for layer in feature_layers] if slots else []
+
+
+class KernelLinear(nn.Module):
+    """A bias-free bfloat16 linear whose product runs in the kernel (same weight Parameter, same
+    state dict); any other input (a float dtype, autograd) takes F.linear."""
+
+    def __init__(self, source: nn.Linear):
+        super().__init__()
+        self.weight = source.weight  # [R, K], shared
+        self.in_features, self.out_features = source.in_features, source.out_features
+        self.library = kernel()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16 or torch.is_grad_enabled():
+            return F.linear(x, weight)
+        rows = x.reshape(-1, self.in_features).contiguous()  # [N, K]
+        out = torch.empty(rows.shape[0], self.out_features, dtype=torch.bfloat16)  # [N, R]
+        self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(),
+                            self.out_features, out.data_ptr(), torch.get_num_threads())
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def use_kernel_linears(module: nn.Module) -> int:
+    """Swaps every bias-free bfloat16 CPU `nn.Linear` under `module` whose sizes the kernel blocks
+    (in: a multiple of 32, out: of 16) for a KernelLinear; returns how many. Raises NativeUnavailable
+    where the kernel cannot run."""
+    kernel()
+    swapped = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if (type(child) is nn.Linear and child.bias is None and child.weight.dtype == torch.bfloat16
+                    and child.weight.device.type == "cpu" and child.weight.is_contiguous()
+                    and child.in_features % 32 == 0 and child.out_features % 16 == 0):
+                setattr(parent, name, KernelLinear(child))
+                swapped += 1
+    return swapped

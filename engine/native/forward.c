@@ -249,6 +249,27 @@ int native_max_tokens(void) {
     return 4;
 }
 
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ alone, for the draft head's products: one parallel region. */
+int linear(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out, int threads) {
+    if (K % 32 || R % 4) return 1;
+    uint32_t *packed = NULL;
+#ifdef __AMX_BF16__
+    if (amx_ready() && R % 16 == 0) packed = calloc((size_t)4 * K / 2 * 16, sizeof(uint32_t));
+#endif
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef __AMX_BF16__
+        if (packed) amx_configure();
+#endif
+        matmul(x, n, K, W, R, out, packed);
+#ifdef __AMX_BF16__
+        if (packed) _tile_release();
+#endif
+    }
+    free(packed);
+    return 0;
+}
+
 /* Llama's RMSNorm in Hugging Face's order: normalise in float32, round, then scale and round. */
 static void rms_norm(const bf16 *x, int n, int H, const bf16 *weight, float eps, bf16 *out) {
     for (int t = 0; t < n; t++) {
