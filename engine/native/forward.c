@@ -380,11 +380,11 @@ static void soften(float *row, int S, float scale) {
 /* out_j = Σ_c p_j[c] V[c] / Σ_c p_j[c] for up to 4 queries at once, each value row read once for all.
  * Both sums run over the columns in order, one term each: a tree node's masked columns add exact
  * zeros, so it gets the same bits as the node decoded alone, whose ancestors sit at other slots. */
-static inline __attribute__((always_inline)) void weigh(const float *p, int S, int count, const bf16 *V, int d,
-                                                        bf16 *const *out, const int D16) {
+static inline __attribute__((always_inline)) void weigh(const float *p, int S, const int count, const bf16 *V,
+                                                        int d, bf16 *const *out, const int D16) {
     __m512 acc[4][16];
     float total[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < count; j++)
         for (int k = 0; k < D16; k++) acc[j][k] = _mm512_setzero_ps();
     for (int c = 0; c < S; c++) {
         __m512 v[16];
@@ -416,12 +416,15 @@ static void attend(const Queries *Q, const bf16 *K, const bf16 *V, int S, int d,
     for (int j = 0; j < Q->count; j += 4) {
         int count = Q->count - j < 4 ? Q->count - j : 4;
         const float *p = scores + (size_t)j * S;
-        switch (d / 16) {
-        case 2: weigh(p, S, count, V, d, Q->out + j, 2); break;
-        case 4: weigh(p, S, count, V, d, Q->out + j, 4); break;
-        case 8: weigh(p, S, count, V, d, Q->out + j, 8); break;
-        default: weigh(p, S, count, V, d, Q->out + j, d / 16); break;
-        }
+        if (d == 64) /* constant loop bounds keep the accumulators in registers */
+            switch (count) {
+            case 1: weigh(p, S, 1, V, d, Q->out + j, 4); break;
+            case 2: weigh(p, S, 2, V, d, Q->out + j, 4); break;
+            case 3: weigh(p, S, 3, V, d, Q->out + j, 4); break;
+            default: weigh(p, S, 4, V, d, Q->out + j, 4); break;
+            }
+        else
+            weigh(p, S, count, V, d, Q->out + j, d / 16);
     }
 }
 
