@@ -259,8 +259,10 @@ def test_cancel_then_run_at_once_runs_the_new_one_after_the_old_ones_run_finishe
     assert new[-1]["type"] == "run_finished" and new[-1]["stop_reason"] != "cancelled"
 
 
-def test_a_run_cancelled_while_it_waits_for_the_old_one_is_told_so_after_the_old_ones_run_finished(client):
-    with client.websocket_connect("/ws") as ws:
+def test_a_run_cancelled_while_it_waits_for_the_old_one_is_told_so_after_the_old_ones_run_finished(slow_client):
+    # Slow steps: the old run holds the model until its step ends, so the new run is surely still waiting
+    # when its cancel lands (with the tiny model's millisecond steps the old one could be gone by then).
+    with slow_client.websocket_connect("/ws") as ws:
         ws.send_json(run_message("old", max_new_tokens=LONG))
         receive_until(ws, "step_metrics")
         ws.send_json({"type": "cancel"})
