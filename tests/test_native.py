@@ -108,6 +108,36 @@ def test_every_policy_is_greedy_identical_to_ar_in_bfloat16_through_the_kernel()
             assert result.tokens == ar.tokens, (policy, prompt)
 
 
+@pytest.fixture
+def without_amx():
+    """The path a CPU with AVX512-BF16 but no AMX takes (dot products, at most 4 tokens), run here."""
+    library = native.kernel()
+    library.native_use_amx(0)
+    yield
+    library.native_use_amx(1)
+
+
+@needs_kernel
+def test_without_amx_the_dot_product_path_is_as_accurate_and_as_exact(without_amx):
+    kernel, torch_ops, reference = lms(seed=9)
+    assert kernel.kernel_max_tokens == 4
+    prefix = [(5 * i) % 200 for i in range(21)]
+    tree = random_tree(size=4, vocab=kernel.config.vocab_size, seed=4)  # within the 4 tokens the path takes
+    allowed = tree_attention_allowed(tree.parent, len(prefix))
+    logits = {}
+    for name, lm in (("kernel", kernel), ("torch", torch_ops), ("float32", reference)):
+        lm.forward_chain(prefix)
+        logits[name] = lm.forward_tree(tree.token, position_ids(tree.depth, len(prefix)), allowed).logits
+    kernel_error = (logits["kernel"] - logits["float32"]).abs().max().item()
+    torch_error = (logits["torch"] - logits["float32"]).abs().max().item()
+    assert 0 < kernel_error <= 1.5 * torch_error, (kernel_error, torch_error)
+    for node in range(len(tree)):
+        kernel.crop(len(prefix))
+        for token in [tree.token[i] for i in path_to(tree.parent, node)]:
+            step = kernel.forward_chain([token]).logits
+        assert torch.equal(logits["kernel"][node], step[0]), node
+
+
 def test_the_kernel_can_be_turned_off_and_a_shape_it_cannot_block_falls_back_with_a_reason(monkeypatch):
     monkeypatch.setenv("SPECSCOPE_FORWARD", "lean")
     assert causal_lm(tiny_llama(seed=0, hidden=HIDDEN, dtype=torch.bfloat16)).forward_name == "lean"

@@ -107,6 +107,8 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.forward.argtypes = [ctypes.POINTER(Forward)]
     library.forward.restype = ctypes.c_int
     library.native_max_tokens.restype = ctypes.c_int
+    library.native_use_amx.argtypes = [ctypes.c_int]
+    library.native_use_amx.restype = None
     library.linear.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                                ctypes.c_void_p, ctypes.c_int]
     library.linear.restype = ctypes.c_int

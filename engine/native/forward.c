@@ -133,10 +133,12 @@ typedef struct __attribute__((aligned(64))) {
     uint8_t rows[16];
 } TileConfig;
 
+static int amx_allowed = 1; /* native_use_amx(0) runs the AVX512-BF16 path, as on a CPU without AMX */
+
 static int amx_ready(void) { /* the kernel asks Linux once for the tile state */
     static int ready = -1;
     if (ready < 0) ready = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-    return ready;
+    return ready && amx_allowed;
 }
 
 static void amx_configure(void) { /* tiles 0–3: C for four blocks of 16 tokens; 4: A (weights); 5: B */
@@ -237,6 +239,15 @@ static void matmul(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out,
 #endif
     (void)packed;
     matmul_dots(x, n, K, W, R, out);
+}
+
+/* Lets the tests run the path a CPU without AMX takes, on one with it. */
+void native_use_amx(int allowed) {
+#ifdef __AMX_BF16__
+    amx_allowed = allowed;
+#else
+    (void)allowed;
+#endif
 }
 
 /* The most new tokens a forward should bring here: with AMX any tree (a 64-token one costs about two
