@@ -1,18 +1,20 @@
 /* The lean forward's bfloat16 CPU kernel: a whole Llama forward of N new tokens in one call.
  *
  * engine/native/__init__.py compiles this file once per machine (gcc -O3 -march=native -fopenmp)
- * and engine/fastlm.py calls `forward` for bfloat16 forwards of a few tokens on a CPU with
- * AVX512-BF16. Why it exists: torch's bfloat16 matrix-vector product streams a layer's small
- * weights (0.7–3.5 MB) at half the read bandwidth, and the ~60 small ops a layer needs around its
- * products cost as much again in dispatch (docs/fastpath.md). Here every product is a blocked
- * dot product (vdpbf16ps: bf16 pairs, exact products, float32 sums), the glue runs in place, and
- * the whole forward is one OpenMP parallel region with a barrier between stages.
+ * and engine/fastlm.py calls `forward` for bfloat16 forwards on a CPU with AVX512-BF16. Why it
+ * exists: torch's bfloat16 matrix-vector product streams a layer's small weights (0.7–3.5 MB) at
+ * half the read bandwidth, and the ~60 small ops a layer needs around its products cost as much
+ * again in dispatch (docs/fastpath.md). Here the products are AMX tile products that read each
+ * weight once per 64 tokens (AVX512-BF16 dot products where the CPU has no AMX), the glue runs in
+ * place, and the whole forward is one OpenMP parallel region with a barrier between stages.
  *
  * Rounding follows Hugging Face's bfloat16 forward: every op's result is rounded to bfloat16 where
  * torch would round it (products, norms, RoPE's two products and their sum, the residual adds,
  * SiLU and its product with up). Only the order of float32 sums differs from torch's kernels, so
- * logits agree to bfloat16 rounding, not bit for bit: near-ties may flip, as between torch's own
- * one-row and N-row products. Float32 models never come here.
+ * logits agree with torch's to bfloat16 rounding. Among themselves they agree exactly: every sum
+ * runs in an order fixed by its own row and column, never by the tokens beside it or by where a
+ * tree put a token's ancestors, so a token verified in a tree gets the bits it gets decoded alone.
+ * Float32 models never come here.
  *
  * Shapes (row-major, bf16 unless said): x [N, H]; kv [L, 2, kv_heads, C, d]; cos, sin_signed
  * [C, d]; mask [N, M] uint8 over the last M of the S = start + N columns (NULL: all visible);
@@ -37,13 +39,6 @@ typedef struct {
     const bf16 *qkv, *o, *gate_up, *down, *attn_norm, *mlp_norm;
 } LayerWeights;
 
-static inline float to_float(bf16 v) {
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static inline bf16 to_bf16(float f) { /* round to nearest even, as torch does */
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -51,8 +46,6 @@ static inline bf16 to_bf16(float f) { /* round to nearest even, as torch does */
     u += 0x7fffu + ((u >> 16) & 1u);
     return (bf16)(u >> 16);
 }
-
-static inline float round_bf16(float f) { return to_float(to_bf16(f)); }
 
 /* Sixteen lanes at a time: bf16 → float32 is exact (a shift); float32 → bf16 rounds to nearest even. */
 static inline __m512 load16(const bf16 *p) {
@@ -250,7 +243,7 @@ void native_use_amx(int allowed) {
 #endif
 }
 
-/* The most new tokens a forward should bring here: with AMX any tree (a 64-token one costs about two
+/* The most new tokens a forward should bring here: with AMX any tree (a 64-token one costs about three
  * one-token forwards; a long prompt goes to torch, whose attention is faster there); dot products
  * alone outrun torch's oneDNN only for a few tokens (docs/fastpath.md). */
 int native_max_tokens(void) {
