@@ -16,14 +16,14 @@ install: $(STAMP)
 
 torch: $(TORCH_STAMP)
 
-serve: $(STAMP)
+serve: $(STAMP) compiler
 	$(VENV)/bin/specscope serve
 
 test: $(STAMP) browser compiler
 	$(VENV)/bin/pytest
 
 # The tiny-model tests only: no real model, no browser.
-test-fast: $(STAMP)
+test-fast: $(STAMP) compiler
 	$(VENV)/bin/pytest -m "not slow"
 
 # The pinned CPU torch first (it lies on disk on our machines; elsewhere pip fetches it),
@@ -47,7 +47,7 @@ browser:
 	@command -v node >/dev/null || { apt-get update -q && apt-get install -y -q nodejs; }
 
 # gcc builds the lean forward's native kernel (engine/native/forward.c) on first use; without it the
-# engine runs torch's ops and says so, and the kernel's tests could not run.
+# engine runs torch's ops at half the speed and says so, and the kernel's tests could not run.
 compiler:
 	@command -v gcc >/dev/null || { apt-get update -q && apt-get install -y -q gcc libc6-dev; }
 

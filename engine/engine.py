@@ -98,7 +98,7 @@ class SpecEngine:
     @property
     def forward_name(self) -> str:
         """Which forward verifies: "native", "lean" (engine/fastlm.py) or "plain" (Hugging Face's)."""
-        return getattr(self.target, "forward_name", "plain")
+        return self.target.forward_name
 
     def validate(self, request: GenerationRequest) -> Prepared:
         """The one check of a request against this engine; a RequestError names the field at fault."""

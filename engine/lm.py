@@ -24,6 +24,8 @@ class ForwardOutput:
 
 
 class CachedLM:
+    forward_name = "plain"  # Hugging Face's forward (FastLM says "lean" or "native")
+
     def __init__(self, model: torch.nn.Module, name: str = "model"):
         self.model = model.eval()
         self.name = name

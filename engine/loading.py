@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from engine.codec import HFCodec
 from engine import native
+from engine.codec import HFCodec
 from engine.costs import resolve_costs, saved_table_path
 from engine.device import device_name, pick_device, pick_dtype
 from engine.drafters.base import Drafter

@@ -1,13 +1,14 @@
-"""Hugging Face's forward against the lean one (engine/fastlm.py), interleaved in one process.
+"""Hugging Face's forward against the lean one (engine/fastlm.py) and its native kernel, interleaved in one process.
 
     python scripts/forward_bench.py --dtype bfloat16 --ns 1,16,64 --context 300 --rounds 12 --threads 1
 
-Both LMs wrap one loaded model (the lean one's fused weights are the model's own), hold the same
-random context, and run an N-token binary tree (N = 1: one token) in turn, round after round, so a
-burst of load from elsewhere lands on both. Each forward is cropped back to the context. Also
-timed in the same rounds: a plain read of every weight the forward multiplies by (`sum`), and the
-forward's matrix-vector products alone, so the lean one-token forward can be read against the
-bandwidth bound. Prints wall median and min, and process-CPU min (ms).
+The LMs wrap one loaded model, hold the same random context, and run an N-token binary tree
+(N = 1: one token) in turn, round after round, so a burst of load from elsewhere lands on all.
+Each forward is cropped back to the context. Also timed in the same rounds: a plain read of every
+weight the forward multiplies by (`sum`), and the forward's matrix-vector products alone, so a
+one-token forward can be read against the bandwidth bound. Prints wall median and min, and
+process-CPU min (ms); then, where the native kernel runs (bf16), where its time goes per N: the
+stage timings it adds up itself (products, attention, output head, the rest), min over the rounds.
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     ns = [int(n) for n in args.ns.split(",")]
     model = AutoModelForCausalLM.from_pretrained(str(embedded_model_dir()), dtype=getattr(torch, args.dtype)).eval()
-    lms = {"hf": CachedLM(model), "lean": FastLM(model)}
+    lms = {"hf": CachedLM(model), "lean": FastLM(model, kernel=False)}
+    native = FastLM(model)
+    if native.kernel:
+        lms["native"] = native
     lean = lms["lean"]
     context = torch.randint(0, model.config.vocab_size, (args.context,), generator=torch.Generator().manual_seed(0))
     for lm in lms.values():
@@ -79,6 +83,26 @@ def main() -> None:
     for name in runs:
         print(f"  {name:32s} wall median {statistics.median(wall[name]):7.1f}  min {min(wall[name]):7.1f}   "
               f"cpu min {min(cpu[name]):7.1f} ms")
+    if native.kernel:
+        print_stages(native, {n: forward(native, n) for n in ns}, args.rounds)
+
+
+def print_stages(lm, runs: dict, rounds: int) -> None:
+    """The native kernel's own stage timings for each N, the minimum over `rounds` forwards (ms)."""
+    import ctypes
+
+    stages = ("products", "attention", "output head", "the rest")
+    order = (1, 2, 3, 0)  # forward.c adds up glue, products, attention, output
+    print("  native kernel stages, min over the rounds (ms):")
+    for n, run in runs.items():
+        best = [float("inf")] * 4
+        for _ in range(rounds):
+            seconds = (ctypes.c_double * 4)()
+            lm.kernel.timings = ctypes.cast(seconds, ctypes.c_void_p)
+            run()
+            best = [min(b, seconds[i] * 1000) for b, i in zip(best, order)]
+        lm.kernel.timings = None
+        print(f"    N={n:<4d}" + "  ".join(f"{name} {value:5.1f}" for name, value in zip(stages, best)))
 
 
 if __name__ == "__main__":

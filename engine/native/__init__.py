@@ -150,12 +150,13 @@ class NativeForward:
                  feature_layers: list[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits [N, V] (bf16) and the residual stream at `feature_layers` ([N, H] each) for x [N, H]
         at rotary `positions` [N], the new keys and values written from cache slot `start` on; `mask`
-        [N, M] bool over the last M columns (None: every column visible)."""
+        [N, M] bool over the last M columns (None: every column visible). x, contiguous, is the
+        residual stream the kernel updates in place: pass a tensor of its own (FastLM's gathered
+        embeddings are)."""
         lm, dims = self.lm, self.dims
         n, hidden, inter = x.shape[0], dims.hidden, dims.inter
         width = (dims.heads + 2 * dims.kv_heads) * dims.head_dim
         new = functools.partial(torch.empty, dtype=torch.bfloat16)
-        x = x.contiguous().clone()  # the kernel updates the residual stream in place
         logits = new(n, dims.vocab)
         slots = sorted(set(feature_layers))
         features = new(len(slots), n, hidden) if slots else None
@@ -194,8 +195,9 @@ class KernelLinear(nn.Module):
             return F.linear(x, weight)
         rows = x.reshape(-1, self.in_features).contiguous()  # [N, K]
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.bfloat16)  # [N, R]
-        self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(),
-                            self.out_features, out.data_ptr(), torch.get_num_threads())
+        if self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(),
+                               self.out_features, out.data_ptr(), torch.get_num_threads()) != 0:
+            raise RuntimeError("the native linear refused its sizes")
         return out.view(*x.shape[:-1], self.out_features)
 
 

@@ -216,6 +216,15 @@ static void matmul_amx(const uint32_t *packed, int n, int K, const bf16 *W, int 
 }
 #endif
 
+/* Shared scratch for the activations in AMX's pairs: 64 tokens of up to `widest` inputs; NULL without AMX. */
+static uint32_t *pairs_scratch(int widest) {
+#ifdef __AMX_BF16__
+    if (amx_ready()) return calloc((size_t)4 * widest / 2 * 16, sizeof(uint32_t));
+#endif
+    (void)widest;
+    return NULL;
+}
+
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch.
  * AMX takes the tokens 64 at a time (one pass over the weights each); every output is the same sum
  * in the same order whatever N is, so a token's logits do not depend on the tokens beside it. */
@@ -256,10 +265,7 @@ int native_max_tokens(void) {
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ alone, for the draft head's products: one parallel region. */
 int linear(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out, int threads) {
     if (K % 32 || R % 4) return 1;
-    uint32_t *packed = NULL;
-#ifdef __AMX_BF16__
-    if (amx_ready() && R % 16 == 0) packed = calloc((size_t)4 * K / 2 * 16, sizeof(uint32_t));
-#endif
+    uint32_t *packed = pairs_scratch(K);
 #pragma omp parallel num_threads(threads)
     {
 #ifdef __AMX_BF16__
@@ -461,14 +467,10 @@ int forward(const Forward *f) {
     const int n = f->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
     const int S = f->start + n, width = (h + 2 * g) * d, group = h / g, blocks = (n * group + 15) / 16;
     if (H % 32 || I % 32 || d % 32 || d > 256 || width % 4 || D->vocab % 4 || f->capacity % 16 || h % g) return 1;
-    int amx = 0;
-    uint32_t *packed = NULL; /* the activations in AMX's pairs, shared by the team */
-#ifdef __AMX_BF16__
-    amx = amx_ready();
-    int widest = H > I ? H : I;
+    int widest = H > I ? H : I; /* the longest input of a product */
     if (h * d > widest) widest = h * d;
-    if (amx) packed = calloc((size_t)4 * widest / 2 * 16, sizeof(uint32_t));
-#endif
+    uint32_t *packed = pairs_scratch(widest);
+    const int amx = packed != NULL;
     double last = omp_get_wtime();
 #define MARK(stage) /* stage times, read on the master thread after a barrier */                         \
     if (f->timings) {                                                                                    \
