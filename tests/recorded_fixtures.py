@@ -3,9 +3,12 @@
 `python tests/recorded_fixtures.py` writes them to tests/js/recorded.mjs, which the node tests import;
 tests/test_js_fixtures.py re-records them and fails when the file and the engine's events drift apart.
 
-The runs are deterministic (float64 tiny model, fixed seeds). Only what a clock measures is not: every
-step's timings are replaced by fixed numbers, and the run's totals, τ's companions c, wall time and
-tokens/s are recomputed from them, so the recorded run stays self-consistent.
+The runs are deterministic (float64 tiny model, fixed seeds) up to the last digits of their floats, which
+another CPU's kernels round differently: the test compares floats to 1e-9 and checks that no recorded
+decision is a near-tie that rounding could flip (a request that makes one must change, not the check).
+Only what a clock measures is not deterministic: every step's timings are replaced by fixed numbers, and
+the run's totals, τ's companions c, wall time and tokens/s are recomputed from them, so the recorded run
+stays self-consistent.
 """
 
 from __future__ import annotations
