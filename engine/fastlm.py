@@ -17,12 +17,14 @@ model, in the spirit of gpt-fast's model.py:
   block for a verify), and SDPA reads the KV heads without repeating them;
 - one-row products run as matrix-vector products (torch.mv), N rows as
   weight @ xᵀ: both measured faster on a CPU than F.linear (docs/fastpath.md);
-- in bfloat16 on a CPU with AVX512-BF16, a forward of up to 256 new tokens
-  with AMX (any tree; 4 without) runs whole in one call of the native kernel
-  (engine/native/forward.c): every weight read once per 64 tokens at close to
-  the read bandwidth, and each token's logits bit for bit those it gets when
-  decoded alone, so greedy trees equal ar in bfloat16 too. Longer prompts and
-  float32 stay on torch's ops.
+- in bfloat16 on a CPU with AVX512-BF16, every forward runs in the native
+  kernel (engine/native/forward.c), up to 256 new tokens a call (AMX tiles
+  where the CPU has them, else AVX512-BF16 dot products): the weights read
+  at close to the read bandwidth, and each token's logits bit for bit those
+  it gets when decoded alone, so greedy trees equal ar in bfloat16 too. A
+  longer forward (a prompt, a tree past 256 nodes) is cut into calls, which
+  gives the same bits; nothing in a run changes path. Float32 stays on
+  torch's ops.
 
 `causal_lm` picks this path where `unsupported_reason` finds nothing, else the
 plain Hugging Face forward, and says so once; `SPECSCOPE_FORWARD` chooses
@@ -125,7 +127,7 @@ class FastLM:
         self.cos = self.sin_signed = self.kv  # [C, d] each once grown
         self._grow(MIN_CAPACITY)
         self.kernel, self.kernel_reason = self._bind_kernel(name) if kernel else (None, "not asked for")
-        self.kernel_max_tokens = self.kernel.library.native_max_tokens() if self.kernel else 0
+        self.kernel_max_tokens = self.kernel.max_tokens if self.kernel else 0  # per call; longer forwards are cut
 
     def _bind_kernel(self, name: str) -> tuple[native.NativeForward | None, str | None]:
         """The native kernel bound to these weights, or None and why it cannot run them (said once where
@@ -206,7 +208,7 @@ class FastLM:
         end = start + n
         self._grow(end)
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [N, H]
-        if self.kernel and n <= self.kernel_max_tokens:
+        if self.kernel:
             return self._forward_native(x, positions, masked, hidden_layers)
         cos, sin = self.cos[positions][:, None], self.sin_signed[positions][:, None]  # [N, 1, d]
         attend = self._mask(masked, n, start)
@@ -223,16 +225,28 @@ class FastLM:
 
     def _forward_native(self, x: torch.Tensor, positions: torch.Tensor, masked: torch.Tensor | None,
                         hidden_layers: tuple[int, ...]) -> ForwardOutput:
-        """The same forward in one call of the native kernel; `masked` as in `_forward`."""
-        n, start = x.shape[0], self.length
-        if masked is None and n > 1:
-            masked = torch.ones(n, n, dtype=torch.bool).tril()  # causal among the new tokens
-        if masked is not None and (masked.shape[1] == 0 or bool(masked.all())):
-            masked = None
+        """The same forward in the native kernel, in calls of at most `kernel_max_tokens` new tokens;
+        `masked` as in `_forward`. Call j holds rows [a, b): they see every column before the masked
+        ones and, of those, the ones up to b (later rows are not in the cache yet, and no row may see
+        them anyway: a tree lists parents before children, a chain is causal)."""
+        n, start, step = x.shape[0], self.length, self.kernel_max_tokens
         layers = len(self.layers) + 1  # Hugging Face's hidden_states: every layer's input, then the last
-        logits, features = self.kernel(x, positions, masked, start, [i % layers for i in hidden_layers])
-        self.length = start + n
-        return ForwardOutput(logits=logits.float(), hidden=tuple(features))
+        wanted = [i % layers for i in hidden_layers]
+        logits, features = [], []
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            if masked is None:
+                rows = torch.ones(b - a, b - a, dtype=torch.bool).tril() if b - a > 1 else None  # causal
+            else:
+                rows = masked[a:b, :max(0, masked.shape[1] - (n - b))]  # [b - a, M'] over the last M' columns
+            if rows is not None and (rows.shape[1] == 0 or bool(rows.all())):
+                rows = None
+            part, seen = self.kernel(x[a:b], positions[a:b], rows, start + a, wanted)
+            self.length = start + b
+            logits.append(part)
+            features.append(seen)
+        hidden = tuple(torch.cat([f[i] for f in features]) for i in range(len(wanted)))
+        return ForwardOutput(logits=torch.cat(logits).float(), hidden=hidden)
 
     def _layer(self, cache: torch.Tensor, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                attend: dict, start: int, end: int) -> torch.Tensor:
@@ -313,11 +327,16 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch
 _said: set[str] = set()
 
 
+def forward_choice() -> str:
+    """SPECSCOPE_FORWARD: "native" (the default), "lean" or "plain"; the target and the draft head both follow it."""
+    return os.environ.get("SPECSCOPE_FORWARD") or "native"
+
+
 def causal_lm(model: torch.nn.Module, name: str = "model", forward: str | None = None) -> CachedLM | FastLM:
     """The lean forward (with the native kernel where it runs) where it supports the model, else the
     plain Hugging Face forward, said once per model. `forward` None reads SPECSCOPE_FORWARD:
     "native" (the default), "lean" (torch's ops only) or "plain" (Hugging Face's forward)."""
-    forward = forward or os.environ.get("SPECSCOPE_FORWARD") or "native"
+    forward = forward or forward_choice()
     if forward not in FORWARDS:
         raise ValueError(f"SPECSCOPE_FORWARD: {forward!r} is not one of {', '.join(FORWARDS)}")
     lean = forward != "plain"

@@ -27,7 +27,7 @@ from engine.embedded import EMBEDDED_NAME, embedded_model_dir
 from engine.engine import SpecEngine
 from engine.errors import LoadError
 from engine.head import load_head, resolve_head_dir, shipped_head_dir
-from engine.fastlm import causal_lm
+from engine.fastlm import causal_lm, forward_choice
 from engine.options import EngineOptions
 
 # Which drafter runs when none is asked for: the first one loaded, in this order (chosen by
@@ -78,10 +78,11 @@ def head_drafters(head_dir: str | Path, target_model: torch.nn.Module, dtype: to
     """Factories for the `head` and `hybrid` drafters over one loaded head (weights shared by both)."""
     embeddings = target_model.get_input_embeddings().weight.detach()  # [V, H]
     head = load_head(head_dir, embeddings, dtype).to(embeddings.device)
-    try:
-        native.use_kernel_linears(head)  # bfloat16 on a CPU that runs the kernel; else a no-op
-    except native.NativeUnavailable:
-        pass  # the target's FastLM has said why, once
+    if forward_choice() == "native":  # SPECSCOPE_FORWARD=lean or plain keeps the head on torch's ops too
+        try:
+            native.use_kernel_linears(head)  # bfloat16 on a CPU that runs the kernel; else a no-op
+        except native.NativeUnavailable:
+            pass  # the target's FastLM has said why, once
     name = model_name or Path(head_dir).name
     layers = target_model.config.num_hidden_layers
     return {

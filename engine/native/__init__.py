@@ -8,9 +8,11 @@ never twice for the same machine. It is linked against the OpenMP runtime
 torch has already loaded, so its threads are torch's threads.
 
 `NativeForward` holds the pointers of one `FastLM`'s weights and runs its
-forward of N tokens: see forward.c for what it computes and how it rounds.
-`KernelLinear` puts the kernel's product under a bfloat16 `nn.Linear` (the
-EAGLE-3 head's): `use_kernel_linears(module)` swaps them in where it can.
+forward of up to `native_max_tokens()` (256) tokens a call: see forward.c for
+what it computes and how it rounds. Where AMX is not active the products read
+the weights paired (`pair_rows`), one copy made on first use. `KernelLinear`
+puts the kernel's product under a bfloat16 `nn.Linear` (the EAGLE-3 head's):
+`use_kernel_linears(module)` swaps them in where it can.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -52,9 +55,9 @@ def _cpu() -> tuple[str, set[str]]:
     return model, flags
 
 
-@functools.cache
-def kernel() -> ctypes.CDLL:
-    """The compiled kernel, built on first use and cached on disk."""
+def build_plan() -> tuple[str, Path]:
+    """The compiler and the cached shared object's path for this source, compiler, flags and CPU; raises
+    NativeUnavailable where the kernel cannot run."""
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         raise NativeUnavailable(f"the kernel is written for x86-64 Linux, not {platform.system()} {platform.machine()}")
     model, flags = _cpu()
@@ -67,11 +70,27 @@ def kernel() -> ctypes.CDLL:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), model.encode(),
                                      " ".join(sorted(flags)).encode()])).hexdigest()[:16]
-    path = cache_root() / "native" / f"forward-{key}.so"
+    return compiler, cache_root() / "native" / f"forward-{key}.so"
+
+
+@functools.cache
+def kernel() -> ctypes.CDLL:
+    """The compiled kernel, built on first use and cached on disk."""
+    compiler, path = build_plan()
     if not path.exists():
         _build(compiler, path)
     torch.get_num_threads()  # torch's OpenMP runtime is loaded: the kernel binds to it, not a second one
-    return _declare(ctypes.CDLL(str(path)))
+    try:
+        library = ctypes.CDLL(str(path))
+    except OSError as error:  # a truncated or foreign file under the cache's name: build it again, once
+        warnings.warn(f"the cached native kernel {path.name} does not load ({error}); building it again",
+                      stacklevel=2)
+        _build(compiler, path)
+        try:
+            library = ctypes.CDLL(str(path))
+        except OSError as again:
+            raise NativeUnavailable(f"the built kernel {path.name} does not load ({again})") from None
+    return _checked(_declare(library))
 
 
 def _build(compiler: str, path: Path) -> None:
@@ -91,14 +110,16 @@ class Dims(ctypes.Structure):
 
 
 class LayerWeights(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_void_p) for name in ("qkv", "o", "gate_up", "down", "attn_norm", "mlp_norm")]
+    _fields_ = [(name, ctypes.c_void_p) for name in ("qkv", "o", "gate_up", "down", "attn_norm", "mlp_norm",
+                                                     "qkv_pairs", "o_pairs", "gate_up_pairs", "down_pairs")]
 
 
 class Forward(ctypes.Structure):
     _fields_ = ([("dims", ctypes.POINTER(Dims))]
                 + [(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns", "threads")]
                 + [(name, ctypes.c_void_p) for name in
-                   ("positions", "cos", "sin_signed", "kv", "mask", "layers", "final_norm", "lm_head", "x",
+                   ("positions", "cos", "sin_signed", "kv", "mask", "layers", "final_norm", "lm_head",
+                    "lm_head_pairs", "x",
                     "normed", "qkv", "heads_out", "projected", "gate_up", "mlp", "logits", "features",
                     "feature_slot", "timings")])
 
@@ -107,12 +128,50 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.forward.argtypes = [ctypes.POINTER(Forward)]
     library.forward.restype = ctypes.c_int
     library.native_max_tokens.restype = ctypes.c_int
+    library.native_amx_active.restype = ctypes.c_int
     library.native_use_amx.argtypes = [ctypes.c_int]
     library.native_use_amx.restype = None
-    library.linear.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                               ctypes.c_void_p, ctypes.c_int]
+    library.native_struct_sizes.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    library.native_struct_sizes.restype = None
+    library.linear.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     library.linear.restype = ctypes.c_int
     return library
+
+
+def _checked(library: ctypes.CDLL) -> ctypes.CDLL:
+    """The library, once its structs' sizes agree with the ctypes mirrors above."""
+    sizes = (ctypes.c_int64 * 3)()
+    library.native_struct_sizes(sizes)
+    mirrors = (ctypes.sizeof(Dims), ctypes.sizeof(LayerWeights), ctypes.sizeof(Forward))
+    if tuple(sizes) != mirrors:
+        raise NativeUnavailable(f"forward.c's structs (Dims, LayerWeights, Forward: {tuple(sizes)} bytes) do not "
+                                f"match their ctypes mirrors ({mirrors} bytes)")
+    return library
+
+
+# What forward.c's return codes mean (its enum, in order).
+REFUSALS = {1: "dimensions it cannot block", 2: "more new tokens than one call takes",
+            3: "new tokens past the cache's capacity", 4: "a rotary position outside the cache",
+            5: "a mask wider than the columns", 6: "no memory for its scratch",
+            7: "no paired weights for the dot-product path"}
+
+
+def refused(code: int, what: str) -> RuntimeError:
+    return RuntimeError(f"the native {what} refused the call: {REFUSALS.get(code, f'code {code}')}")
+
+
+PAIR_ROWS = 64  # forward.c's PAIR_ROWS
+
+
+def pair_rows(weight: torch.Tensor) -> torch.Tensor:
+    """W [R, K] bf16 as the dot-product path reads it: [⌈R/64⌉, K/2, 64] pairs (int32, two bf16 each),
+    row r's k = 2p, 2p + 1 at [r // 64, p, r % 64], rows past R zero."""
+    rows, k = weight.shape
+    padded = torch.zeros(-(-rows // PAIR_ROWS) * PAIR_ROWS, k, dtype=torch.bfloat16)
+    padded[:rows] = weight
+    pairs = padded.view(torch.int32)  # [R', K/2]: a pair of bf16 per int32, in memory order
+    return pairs.view(-1, PAIR_ROWS, k // 2).transpose(1, 2).contiguous()
 
 
 def unsupported_shape(config) -> str | None:
@@ -144,7 +203,22 @@ class NativeForward:
             LayerWeights(*(_address(w) for w in (l.qkv, l.o, l.gate_up, l.down, l.attn_norm, l.mlp_norm)))
             for l in lm.layers])
         self.lm = lm
+        self.max_tokens = self.library.native_max_tokens()
+        self.pairs: list[torch.Tensor] | None = None  # the weights paired, for the dot-product path
         self.timings = None  # a ctypes double[4] to add each stage's seconds into (glue, products, attention, output)
+        if not self.library.native_amx_active():  # the path this CPU takes: pair now, not in the first forward
+            self._pair_weights()
+
+    def _pair_weights(self) -> None:
+        """The dot-product path's copy of every product's weights (the AMX path reads them as they lie)."""
+        lm = self.lm
+        self.pairs = []
+        for layer, weights in zip(lm.layers, self.layers):
+            for name in ("qkv", "o", "gate_up", "down"):
+                pairs = pair_rows(getattr(layer, name))
+                self.pairs.append(pairs)
+                setattr(weights, f"{name}_pairs", pairs.data_ptr())
+        self.pairs.append(pair_rows(lm.lm_head))
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
                  feature_layers: list[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -163,6 +237,8 @@ class NativeForward:
         feature_slot = torch.full((dims.layers + 1,), -1, dtype=torch.int32)
         for index, layer in enumerate(slots):
             feature_slot[layer] = index
+        if self.pairs is None and not self.library.native_amx_active():
+            self._pair_weights()
         mask = None if mask is None else mask.to(torch.uint8).contiguous()
         positions = positions.to(torch.int64).contiguous()
         scratch = {"normed": new(n, hidden), "qkv": new(n, width), "heads_out": new(n, dims.heads * dims.head_dim),
@@ -171,11 +247,12 @@ class NativeForward:
                        torch.get_num_threads(),
                        _address(positions), _address(lm.cos), _address(lm.sin_signed), _address(lm.kv),
                        _address(mask), ctypes.addressof(self.layers), _address(lm.norm), _address(lm.lm_head),
-                       _address(x), *(_address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected",
+                       self.pairs[-1].data_ptr() if self.pairs else None, _address(x), *(_address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected",
                                                                       "gate_up", "mlp")),
                        _address(logits), _address(features), _address(feature_slot), self.timings)
-        if self.library.forward(ctypes.byref(call)) != 0:
-            raise RuntimeError("the native forward refused its dimensions")
+        code = self.library.forward(ctypes.byref(call))
+        if code:
+            raise refused(code, "forward")
         return logits, [features[slots.index(layer)] for layer in feature_layers] if slots else []
 
 
@@ -188,16 +265,30 @@ class KernelLinear(nn.Module):
         self.weight = source.weight  # [R, K], shared
         self.in_features, self.out_features = source.in_features, source.out_features
         self.library = kernel()
+        self._pairs: tuple[int, torch.Tensor] | None = None  # (the weight's version, the weight paired)
+
+    def _paired(self) -> int | None:
+        """The address of the weight paired for the dot-product path (None on the AMX path), made again
+        whenever the weight has changed in place since."""
+        if self.library.native_amx_active():
+            return None
+        version = self.weight._version
+        if self._pairs is None or self._pairs[0] != version:
+            self._pairs = (version, pair_rows(self.weight.detach()))
+        return self._pairs[1].data_ptr()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
         if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16 or torch.is_grad_enabled():
             return F.linear(x, weight)
         rows = x.reshape(-1, self.in_features).contiguous()  # [N, K]
+        if rows.shape[0] == 0:
+            return x.new_empty(*x.shape[:-1], self.out_features)
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.bfloat16)  # [N, R]
-        if self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(),
-                               self.out_features, out.data_ptr(), torch.get_num_threads()) != 0:
-            raise RuntimeError("the native linear refused its sizes")
+        code = self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(),
+                                   self._paired(), self.out_features, out.data_ptr(), torch.get_num_threads())
+        if code:
+            raise refused(code, "linear")
         return out.view(*x.shape[:-1], self.out_features)
 
 

@@ -30,6 +30,13 @@
 
 typedef uint16_t bf16;
 
+/* What `forward` and `linear` return: 0, or why they refused (engine/native/__init__.py says it in words). */
+enum {
+    NATIVE_OK, NATIVE_BAD_DIMS, NATIVE_TOO_MANY_TOKENS, NATIVE_PAST_CAPACITY, NATIVE_BAD_POSITION,
+    NATIVE_BAD_MASK, NATIVE_NO_MEMORY, NATIVE_NO_PAIRS
+};
+#define MAX_TOKENS 256 /* new tokens per call */
+
 typedef struct {
     int32_t layers, hidden, heads, kv_heads, head_dim, inter, vocab;
     float eps;
@@ -37,6 +44,8 @@ typedef struct {
 
 typedef struct {
     const bf16 *qkv, *o, *gate_up, *down, *attn_norm, *mlp_norm;
+    const uint32_t *qkv_pairs, *o_pairs, *gate_up_pairs, *down_pairs; /* the same weights paired (see
+                                                                        matmul_pairs); NULL on the AMX path */
 } LayerWeights;
 
 static inline bf16 to_bf16(float f) { /* round to nearest even, as torch does */
@@ -77,36 +86,83 @@ static inline __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(p, i);
 }
 
-/* out[t, r] = bf16(Σ_k W[r, k] x[t, k]) for a block of 4 rows and TOKENS tokens: each weight
- * vector is loaded once for all tokens, each token vector once for all rows. */
-static inline __attribute__((always_inline)) void dot_block(const bf16 *x, int K, const bf16 *W, int R,
-                                                            int r0, int t0, bf16 *out, const int TOKENS) {
-    __m512 acc[4][4];
+/* Without AMX the products are AVX512-BF16 dot products (`vdpbf16ps`: a lane adds two bf16 products
+ * to its float32) with 16 output rows in the lanes. The weights are repacked once, by
+ * engine/native/__init__.py's `pair_rows`, as Wp [⌈R/64⌉][K/2][64] uint32: for each 64 rows, pair p
+ * (k = 2p, 2p + 1) of every row side by side, zero rows past R; the activations are read as they lie
+ * and each token's pair p is broadcast. So out[t, r] = bf16(((0 + w₀·x₀) + w₁·x₁) + …) over the pairs
+ * in order: one chain per output, the same whatever the tokens beside t and however the work is cut,
+ * and no sum across lanes at the end. A block is 64 rows × up to 6 tokens (24 accumulators, 4 weight
+ * vectors: 28 of the 32 registers), so a weight is read from memory once per forward and from L2 once
+ * per 6 tokens. */
+#define PAIR_ROWS 64
+#define PAIR_TOKENS 6
+
+static inline void store_rows(bf16 *out, int r, int R, __m512 v) { /* out[r .. r + 16) ∩ [0, R) */
+    if (r + 16 <= R) store16(out + r, v);
+    else if (r < R) _mm256_mask_storeu_epi16(out + r, (__mmask16)((1u << (R - r)) - 1), pack16(v));
+}
+
+static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
+                                                              int r0, int t0, bf16 *out, const int TOKENS) {
+    __m512 acc[4][PAIR_TOKENS];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm512_setzero_ps();
-    for (int k = 0; k < K; k += 32) {
-        __m512bh w[4];
-        for (int i = 0; i < 4; i++) w[i] = (__m512bh)_mm512_loadu_si512(W + (size_t)(r0 + i) * K + k);
+    const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS;
+    const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
+    for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
+        __m512bh rows[4];
+        for (int i = 0; i < 4; i++) rows[i] = (__m512bh)_mm512_loadu_si512(w + 16 * i);
         for (int j = 0; j < TOKENS; j++) {
-            __m512bh v = (__m512bh)_mm512_loadu_si512(x + (size_t)(t0 + j) * K + k);
-            for (int i = 0; i < 4; i++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], w[i], v);
+            __m512bh token = (__m512bh)_mm512_set1_epi32((int)xs[(size_t)j * (K / 2) + p]);
+            for (int i = 0; i < 4; i++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], rows[i], token);
         }
     }
     for (int j = 0; j < TOKENS; j++)
-        for (int i = 0; i < 4; i++) out[(size_t)(t0 + j) * R + r0 + i] = to_bf16(_mm512_reduce_add_ps(acc[i][j]));
+        for (int i = 0; i < 4; i++) store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * i, R, acc[i][j]);
 }
 
-/* out [N, R] = x [N, K] @ W [R, K]ᵀ with AVX512-BF16 dot products, rows shared among the team. */
-static void matmul_dots(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out) {
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ from the paired weights, (64 rows, 6 tokens) blocks shared among the
+ * team in row-major order, so each thread streams its own part of the weights. */
+static void matmul_pairs(const bf16 *x, int n, int K, const uint32_t *Wp, int R, bf16 *out) {
+    const int groups = (R + PAIR_ROWS - 1) / PAIR_ROWS, blocks = (n + PAIR_TOKENS - 1) / PAIR_TOKENS;
 #pragma omp for schedule(static)
-    for (int b = 0; b < R / 4; b++) {
-        int t0 = 0;
-        for (; t0 + 4 <= n; t0 += 4) dot_block(x, K, W, R, b * 4, t0, out, 4);
-        switch (n - t0) {
-        case 3: dot_block(x, K, W, R, b * 4, t0, out, 3); break;
-        case 2: dot_block(x, K, W, R, b * 4, t0, out, 2); break;
-        case 1: dot_block(x, K, W, R, b * 4, t0, out, 1); break;
+    for (int task = 0; task < groups * blocks; task++) {
+        int r0 = task / blocks * PAIR_ROWS, t0 = task % blocks * PAIR_TOKENS;
+        switch (n - t0 < PAIR_TOKENS ? n - t0 : PAIR_TOKENS) { /* constant bounds: accumulators in registers */
+        case 1: pairs_block(x, K, Wp, R, r0, t0, out, 1); break;
+        case 2: pairs_block(x, K, Wp, R, r0, t0, out, 2); break;
+        case 3: pairs_block(x, K, Wp, R, r0, t0, out, 3); break;
+        case 4: pairs_block(x, K, Wp, R, r0, t0, out, 4); break;
+        case 5: pairs_block(x, K, Wp, R, r0, t0, out, 5); break;
+        default: pairs_block(x, K, Wp, R, r0, t0, out, 6); break;
         }
+    }
+}
+
+/* 16 rows of 16 32-bit lanes, transposed in registers: rows[i][j] becomes rows[j][i]. */
+static inline void transpose16(__m512i rows[16]) {
+    __m512i t[16], u[16], v[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* u[i + k]: element k of rows i..i+3, per 128-bit lane */
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int half = 0; half < 16; half += 8) /* v: lanes of rows i..i+7 gathered in pairs */
+        for (int k = 0; k < 4; k++) {
+            v[half + 2 * k] = _mm512_shuffle_i32x4(u[half + k], u[half + 4 + k], 0x88);
+            v[half + 2 * k + 1] = _mm512_shuffle_i32x4(u[half + k], u[half + 4 + k], 0xdd);
+        }
+    for (int k = 0; k < 4; k++) { /* element k + 4m of all 16 rows */
+        rows[k] = _mm512_shuffle_i32x4(v[2 * k], v[8 + 2 * k], 0x88);
+        rows[k + 8] = _mm512_shuffle_i32x4(v[2 * k], v[8 + 2 * k], 0xdd);
+        rows[k + 4] = _mm512_shuffle_i32x4(v[2 * k + 1], v[8 + 2 * k + 1], 0x88);
+        rows[k + 12] = _mm512_shuffle_i32x4(v[2 * k + 1], v[8 + 2 * k + 1], 0xdd);
     }
 }
 
@@ -139,32 +195,6 @@ static void amx_configure(void) { /* tiles 0–3: C for four blocks of 16 tokens
     config.palette = 1;
     for (int tile = 0; tile < 6; tile++) config.rows[tile] = 16, config.colsb[tile] = 64;
     _tile_loadconfig(&config);
-}
-
-/* 16 rows of 16 32-bit lanes, transposed in registers: rows[i][j] becomes rows[j][i]. */
-static inline void transpose16(__m512i rows[16]) {
-    __m512i t[16], u[16], v[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) { /* u[i + k]: element k of rows i..i+3, per 128-bit lane */
-        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int half = 0; half < 16; half += 8) /* v: lanes of rows i..i+7 gathered in pairs */
-        for (int k = 0; k < 4; k++) {
-            v[half + 2 * k] = _mm512_shuffle_i32x4(u[half + k], u[half + 4 + k], 0x88);
-            v[half + 2 * k + 1] = _mm512_shuffle_i32x4(u[half + k], u[half + 4 + k], 0xdd);
-        }
-    for (int k = 0; k < 4; k++) { /* element k + 4m of all 16 rows */
-        rows[k] = _mm512_shuffle_i32x4(v[2 * k], v[8 + 2 * k], 0x88);
-        rows[k + 8] = _mm512_shuffle_i32x4(v[2 * k], v[8 + 2 * k], 0xdd);
-        rows[k + 4] = _mm512_shuffle_i32x4(v[2 * k + 1], v[8 + 2 * k + 1], 0x88);
-        rows[k + 12] = _mm512_shuffle_i32x4(v[2 * k + 1], v[8 + 2 * k + 1], 0xdd);
-    }
 }
 
 /* x [N, K] as pairs: packed[block][k / 32][16 pairs][16 tokens], one 1 KB B tile per (block, k / 32):
@@ -225,10 +255,12 @@ static uint32_t *pairs_scratch(int widest) {
     return NULL;
 }
 
-/* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch.
- * AMX takes the tokens 64 at a time (one pass over the weights each); every output is the same sum
- * in the same order whatever N is, so a token's logits do not depend on the tokens beside it. */
-static void matmul(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out, uint32_t *packed) {
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch
+ * (NULL without AMX, where `Wp` holds the weights paired). AMX takes the tokens 64 at a time (one pass
+ * over the weights each); on both paths every output is the same sum in the same order whatever N is,
+ * so a token's logits do not depend on the tokens beside it. */
+static void matmul(const bf16 *x, int n, int K, const bf16 *W, const uint32_t *Wp, int R, bf16 *out,
+                   uint32_t *packed) {
 #ifdef __AMX_BF16__
     if (packed != NULL && R % 16 == 0) {
         for (int t0 = 0; t0 < n; t0 += AMX_MAX_TOKENS) {
@@ -240,7 +272,8 @@ static void matmul(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out,
     }
 #endif
     (void)packed;
-    matmul_dots(x, n, K, W, R, out);
+    (void)W;
+    matmul_pairs(x, n, K, Wp, R, out);
 }
 
 /* Lets the tests run the path a CPU without AMX takes, on one with it. */
@@ -252,26 +285,32 @@ void native_use_amx(int allowed) {
 #endif
 }
 
-/* The most new tokens a forward should bring here: with AMX any tree (a 64-token one costs about three
- * one-token forwards; a long prompt goes to torch, whose attention is faster there); dot products
- * alone outrun torch's oneDNN only for a few tokens (docs/fastpath.md). */
-int native_max_tokens(void) {
+/* Whether forwards take the AMX path now (else the paired weights are needed). */
+int native_amx_active(void) {
 #ifdef __AMX_BF16__
-    if (amx_ready()) return 256;
+    return amx_ready();
+#else
+    return 0;
 #endif
-    return 4;
 }
 
-/* out [N, R] = x [N, K] @ W [R, K]ᵀ alone, for the draft head's products: one parallel region. */
-int linear(const bf16 *x, int n, int K, const bf16 *W, int R, bf16 *out, int threads) {
-    if (K % 32 || R % 4) return 1;
+/* The most new tokens one call takes, on both paths (the caller cuts longer forwards into calls of
+ * at most this many, which gives the same bits: no output depends on the tokens beside it). */
+int native_max_tokens(void) { return MAX_TOKENS; }
+
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ alone, for the draft head's products: one parallel region. `Wp`:
+ * W paired (matmul_pairs), needed where AMX is not active. */
+int linear(const bf16 *x, int n, int K, const bf16 *W, const uint32_t *Wp, int R, bf16 *out, int threads) {
+    if (K % 32 || R % 4 || n < 1) return NATIVE_BAD_DIMS;
     uint32_t *packed = pairs_scratch(K);
+    if (packed == NULL && native_amx_active()) return NATIVE_NO_MEMORY;
+    if (packed == NULL && Wp == NULL) return NATIVE_NO_PAIRS;
 #pragma omp parallel num_threads(threads)
     {
 #ifdef __AMX_BF16__
         if (packed) amx_configure();
 #endif
-        matmul(x, n, K, W, R, out, packed);
+        matmul(x, n, K, W, Wp, R, out, packed);
 #ifdef __AMX_BF16__
         if (packed) _tile_release();
 #endif
@@ -322,13 +361,6 @@ static void silu_times(const bf16 *gate, const bf16 *up, int I, bf16 *out) {
     }
 }
 
-static inline float dot(const bf16 *a, const bf16 *b, int d) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int k = 0; k < d; k += 32)
-        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(a + k), (__m512bh)_mm512_loadu_si512(b + k));
-    return _mm512_reduce_add_ps(acc);
-}
-
 /* Up to 16 query heads of one KV group, attended together: they share every key and value read. */
 typedef struct {
     const bf16 *q[16];  /* [d] each, after RoPE */
@@ -337,9 +369,43 @@ typedef struct {
     int count;
 } Queries;
 
+/* Without AMX: the scores of 16 columns at a time for QUERIES queries, the columns in the lanes: `keys`
+ * [d / 2 pairs][16 columns] is the 16 keys transposed, each query's pair p is broadcast, and a score is
+ * the chain ((0 + q₀·k₀) + q₁·k₁) + … over the pairs in order, whichever block the query sits in. */
+static inline __attribute__((always_inline)) void score_block(const Queries *Q, const uint32_t *keys, int d,
+                                                              int c0, int S, float *scores, const int QUERIES) {
+    __m512 acc[16];
+    const uint32_t *q[16];
+    for (int i = 0; i < QUERIES; i++) {
+        acc[i] = _mm512_setzero_ps();
+        q[i] = (const uint32_t *)Q->q[i < Q->count ? i : 0]; /* spare slots repeat the first query */
+    }
+    for (int p = 0; p < d / 2; p++) {
+        __m512bh k = (__m512bh)_mm512_load_si512(keys + p * 16);
+        for (int i = 0; i < QUERIES; i++) acc[i] = _mm512_dpbf16_ps(acc[i], k, (__m512bh)_mm512_set1_epi32((int)q[i][p]));
+    }
+    __mmask16 lanes = S - c0 >= 16 ? 0xffff : (__mmask16)((1u << (S - c0)) - 1);
+    for (int i = 0; i < QUERIES && i < Q->count; i++) _mm512_mask_storeu_ps(scores + (size_t)i * S + c0, lanes, acc[i]);
+}
+
+static void score_pairs(const Queries *Q, const bf16 *K, int S, int d, float *scores) {
+    uint32_t keys[128 * 16] __attribute__((aligned(64))); /* [d / 2][16] */
+    for (int c0 = 0; c0 < S; c0 += 16) { /* rows past S are cache slots not yet written: their lanes are dropped */
+        for (int m = 0; m < d / 32; m++) {
+            __m512i rows[16];
+            for (int c = 0; c < 16; c++) rows[c] = _mm512_loadu_si512(K + (size_t)(c0 + c) * d + 32 * m);
+            transpose16(rows); /* rows[p]: pair 16 m + p of the 16 columns */
+            for (int p = 0; p < 16; p++) _mm512_store_si512(keys + (16 * m + p) * 16, rows[p]);
+        }
+        if (Q->count <= 4) score_block(Q, keys, d, c0, S, scores, 4);
+        else if (Q->count <= 8) score_block(Q, keys, d, c0, S, scores, 8);
+        else score_block(Q, keys, d, c0, S, scores, 16);
+    }
+}
+
 /* scores [count, S] = q · k for every cached column k of K [S, d]: AMX tiles of 16 columns × 16
  * queries where the CPU has them (K tiles read straight from the cache, the queries packed in
- * pairs), else one dot product per pair. */
+ * pairs), else score_pairs. */
 static void score(const Queries *Q, const bf16 *K, int S, int d, int amx, float *scores) {
 #ifdef __AMX_BF16__
     if (amx) {
@@ -367,8 +433,7 @@ static void score(const Queries *Q, const bf16 *K, int S, int d, int amx, float 
     }
 #endif
     (void)amx;
-    for (int i = 0; i < Q->count; i++)
-        for (int c = 0; c < S; c++) scores[(size_t)i * S + c] = dot(Q->q[i], K + (size_t)c * d, d);
+    score_pairs(Q, K, S, d, scores);
 }
 
 /* row [S] of scores → e^((s − max) / √d) in place, masked columns exactly 0. */
@@ -448,6 +513,7 @@ typedef struct {
     const uint8_t *mask;               /* [N, M] or NULL */
     const LayerWeights *layers;        /* [L] */
     const bf16 *final_norm, *lm_head;  /* [H], [V, H] */
+    const uint32_t *lm_head_pairs;     /* lm_head paired, or NULL on the AMX path */
     bf16 *x;                           /* [N, H]: the embeddings in, the residual stream through */
     bf16 *normed, *qkv, *heads_out, *projected, *gate_up, *mlp; /* scratch */
     bf16 *logits;                      /* [N, V] */
@@ -462,15 +528,49 @@ static void save_feature(const Forward *f, int layer, const bf16 *x) {
     memcpy(f->features + (size_t)f->feature_slot[layer] * size, x, size * sizeof(bf16));
 }
 
+/* The sizes of the structs ctypes mirrors, so a stale mirror is caught at load, not by a crash. */
+void native_struct_sizes(int64_t sizes[3]) {
+    sizes[0] = sizeof(Dims), sizes[1] = sizeof(LayerWeights), sizes[2] = sizeof(Forward);
+}
+
+/* What a call may ask, checked before anything is read or written. */
+static int check(const Forward *f) {
+    const Dims *D = f->dims;
+    const int d = D->head_dim, h = D->heads, g = D->kv_heads, width = (h + 2 * g) * d;
+    if (D->hidden % 32 || D->inter % 32 || d % 32 || d > 256 || width % 4 || D->vocab % 4 || f->capacity % 16
+        || g < 1 || h % g || D->layers < 1) return NATIVE_BAD_DIMS;
+    if (f->n < 1 || f->n > MAX_TOKENS) return NATIVE_TOO_MANY_TOKENS;
+    if (f->start < 0 || f->start + f->n > f->capacity) return NATIVE_PAST_CAPACITY;
+    for (int t = 0; t < f->n; t++)
+        if (f->positions[t] < 0 || f->positions[t] >= f->capacity) return NATIVE_BAD_POSITION;
+    if (f->masked_columns < 0 || f->masked_columns > f->start + f->n || (f->masked_columns > 0) != (f->mask != NULL))
+        return NATIVE_BAD_MASK;
+    if (!native_amx_active()) {
+        if (f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS;
+        for (int l = 0; l < D->layers; l++) {
+            const LayerWeights *w = &f->layers[l];
+            if (!w->qkv_pairs || !w->o_pairs || !w->gate_up_pairs || !w->down_pairs) return NATIVE_NO_PAIRS;
+        }
+    }
+    return NATIVE_OK;
+}
+
 int forward(const Forward *f) {
+    const int refused = check(f);
+    if (refused) return refused;
     const Dims *D = f->dims;
     const int n = f->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
     const int S = f->start + n, width = (h + 2 * g) * d, group = h / g, blocks = (n * group + 15) / 16;
-    if (H % 32 || I % 32 || d % 32 || d > 256 || width % 4 || D->vocab % 4 || f->capacity % 16 || h % g) return 1;
     int widest = H > I ? H : I; /* the longest input of a product */
     if (h * d > widest) widest = h * d;
     uint32_t *packed = pairs_scratch(widest);
     const int amx = packed != NULL;
+    float *all_scores = malloc(sizeof(float) * 16 * (size_t)S * f->threads); /* [threads][16, S] */
+    if ((amx == 0 && native_amx_active()) || all_scores == NULL) {
+        free(packed);
+        free(all_scores);
+        return NATIVE_NO_MEMORY;
+    }
     double last = omp_get_wtime();
 #define MARK(stage) /* stage times, read on the master thread after a barrier */                         \
     if (f->timings) {                                                                                    \
@@ -484,7 +584,7 @@ int forward(const Forward *f) {
 #ifdef __AMX_BF16__
         if (amx) amx_configure();
 #endif
-        float *scores = malloc(sizeof(float) * 16 * (size_t)S);
+        float *scores = all_scores + (size_t)16 * S * omp_get_thread_num();
         for (int l = 0; l < D->layers; l++) {
             const LayerWeights *w = &f->layers[l];
             bf16 *keys = f->kv + (size_t)l * 2 * g * f->capacity * d, *values = keys + (size_t)g * f->capacity * d;
@@ -494,7 +594,7 @@ int forward(const Forward *f) {
                 rms_norm(f->x, n, H, w->attn_norm, D->eps, f->normed);
             }
             MARK(0);
-            matmul(f->normed, n, H, w->qkv, width, f->qkv, packed);
+            matmul(f->normed, n, H, w->qkv, w->qkv_pairs, width, f->qkv, packed);
             MARK(1);
 #pragma omp for schedule(static)
             for (int t = 0; t < n; t++) { /* RoPE on q and k; k and v into the cache at slot start + t */
@@ -523,7 +623,7 @@ int forward(const Forward *f) {
                        f->masked_columns, f->mask, amx, scores);
             }
             MARK(2);
-            matmul(f->heads_out, n, h * d, w->o, H, f->projected, packed);
+            matmul(f->heads_out, n, h * d, w->o, w->o_pairs, H, f->projected, packed);
             MARK(1);
 #pragma omp single
             {
@@ -531,13 +631,13 @@ int forward(const Forward *f) {
                 rms_norm(f->x, n, H, w->mlp_norm, D->eps, f->normed);
             }
             MARK(0);
-            matmul(f->normed, n, H, w->gate_up, 2 * I, f->gate_up, packed);
+            matmul(f->normed, n, H, w->gate_up, w->gate_up_pairs, 2 * I, f->gate_up, packed);
             MARK(1);
 #pragma omp for schedule(static)
             for (int t = 0; t < n; t++)
                 silu_times(f->gate_up + (size_t)t * 2 * I, f->gate_up + (size_t)t * 2 * I + I, I, f->mlp + (size_t)t * I);
             MARK(0);
-            matmul(f->mlp, n, I, w->down, H, f->projected, packed);
+            matmul(f->mlp, n, I, w->down, w->down_pairs, H, f->projected, packed);
             MARK(1);
 #pragma omp single
             add_rounded(f->x, f->projected, (size_t)n * H);
@@ -548,14 +648,14 @@ int forward(const Forward *f) {
             save_feature(f, D->layers, f->normed);
         }
         MARK(0);
-        matmul(f->normed, n, H, f->lm_head, D->vocab, f->logits, packed);
+        matmul(f->normed, n, H, f->lm_head, f->lm_head_pairs, D->vocab, f->logits, packed);
         MARK(3);
-        free(scores);
 #ifdef __AMX_BF16__
         if (amx) _tile_release();
 #endif
     }
 #undef MARK
     free(packed);
-    return 0;
+    free(all_scores);
+    return NATIVE_OK;
 }
