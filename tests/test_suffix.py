@@ -14,7 +14,9 @@ from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.suffix import PRIOR_TRUST, SuffixDrafter, SuffixIndex, TrustByLength
 from engine.drafting import grow_tree
 from engine.engine import SpecEngine
+from engine.costs import CostTable
 from engine.policies import POLICIES, make_policy
+from engine.policies.base import PolicyContext
 from engine.request import GenerationRequest
 from engine.sampling import SamplingParams
 from engine.testing import TINY_EOS, TINY_VOCAB, CopyLM, tiny_llama
@@ -133,14 +135,32 @@ def test_trust_falls_when_matches_of_a_length_are_rejected():
 PASSAGE = random.Random(1).sample(range(10, 250), 40)
 
 
+FLAT = PolicyContext(costs=CostTable.linear(0.0, 10.0))  # a GPU's verify: more tokens cost nothing
+STEEP = PolicyContext(costs=CostTable.linear(1.0, 10.0))  # a CPU's compute-bound one: a token adds 1/11 of a forward
+
+
 def test_chain_follows_a_long_copy_past_gamma_at_no_draft_forward():
     context = [1, 2] + PASSAGE + [3] + PASSAGE[:3]
     drafter = started(context)
-    draft = grow_tree(make_policy("chain", {"gamma": 5}), drafter, root=context[-1], max_depth=64)
+    draft = grow_tree(make_policy("chain", {"gamma": 5}, FLAT), drafter, root=context[-1], max_depth=64)
     assert draft.tree.token[1:31] == PASSAGE[3:33]  # one chain, the copy's own continuation
     assert draft.tree.max_depth == 32 and drafter.meter.forwards == 0
     reasons = [layer.selection.decisions[0].reason for layer in draft.layers]
     assert reasons[:5] == ["topk"] * 5 and set(reasons[5:]) == {"match"}
+
+
+def test_chain_past_gamma_stops_where_a_token_no_longer_pays_its_verify_cost():
+    """Each free token must be accepted more often than it adds to the verify forward, in one-token forwards
+    (engine/policies/chain.py): a steep table cuts the copy where its path score falls below 1/11."""
+    context = [1, 2] + PASSAGE + [3] + PASSAGE[:3]
+    draft = grow_tree(make_policy("chain", {"gamma": 5}, STEEP), started(context), context[-1], 64)
+    last = draft.layers[-1].selection.decisions[0]
+    assert 5 < draft.tree.max_depth < 32 and last.reason == "cost" and last.detail["price"] == pytest.approx(1 / 11)
+    scores = draft.tree.score[1:]
+    assert min(scores[5:]) >= 1 / 11 > draft.layers[-1].pool.score[0]
+    blind = grow_tree(make_policy("chain", {"gamma": 5, "cost_aware": False}, STEEP), started(context),
+                      context[-1], 64)
+    assert blind.tree.max_depth == 32
 
 
 def test_chain_with_free_q_one_is_leviathans():
