@@ -178,6 +178,9 @@ def test_a_kernel_whose_structs_differ_from_their_mirrors_is_refused_at_load():
         def native_struct_sizes(self, sizes):
             sizes[0], sizes[1], sizes[2] = 32, 48, 64
 
+        def native_head_struct_size(self, size):
+            size._obj.value = 64
+
     with pytest.raises(native.NativeUnavailable, match="do not match their ctypes mirrors"):
         native._checked(Stale())
 
@@ -317,3 +320,39 @@ def test_on_the_real_model_a_61_node_tree_gives_each_node_its_paths_logits_bit_f
             differing.append(node)
     lm.reset()
     assert differing == []
+
+
+@needs_kernel
+def test_the_heads_draft_step_in_the_kernel_drafts_as_its_torch_modules_do(kernel_path):
+    """One C call per head forward (engine/native: head_step) against the head's own torch modules, in
+    bfloat16 on the same weights: the root with pending pairs, a layer of siblings, a deeper node, a
+    commit, and the next step's root agree to bfloat16 rounding, and so do the proposals."""
+    from engine.drafters.eagle_head import EagleHeadDrafter
+    from engine.sampling import SamplingParams
+    from engine.tree import DraftTree
+    from test_hybrid import random_head
+
+    target = tiny_llama(seed=2, hidden=HIDDEN, layers=3, dtype=torch.bfloat16)
+    head = random_head(target, dtype=torch.bfloat16)
+    native_head, torch_head = EagleHeadDrafter(head, num_target_layers=3), EagleHeadDrafter(head, num_target_layers=3)
+    torch_head.native = None
+    assert native_head.native is not None
+    context = [(13 * i) % 200 + 1 for i in range(30)]
+    features = torch.randn(len(context), 3 * HIDDEN, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    logits = {}
+    for name, drafter in (("kernel", native_head), ("torch", torch_head)):
+        drafter.start(context, features[:-1])
+        tree, seen = DraftTree.with_root(context[-1]), []
+        proposal = drafter.propose(tree, [0], 3, False, SamplingParams(), torch.Generator())[0]
+        nodes = [tree.add(0, t, q, q, "head") for t, q in zip(proposal.token, proposal.q)]
+        seen.append(drafter.frontier_draft_logits(tree, [0] + nodes))
+        deeper = tree.add(nodes[1], 7, 0.5, 0.5, "head")
+        seen.append(drafter.frontier_draft_logits(tree, [deeper]))
+        drafter.commit(tree, [0, nodes[1]], [tree.token[nodes[1]], 9], features[-2:])
+        seen.append(drafter.frontier_draft_logits(DraftTree.with_root(9), [0]))
+        logits[name] = (torch.cat(seen), proposal.token, drafter.cache_len)
+    (kernel, kernel_tokens, kernel_len), (reference, torch_tokens, torch_len) = logits["kernel"], logits["torch"]
+    assert kernel_len == torch_len == len(context)  # every pair but the new root's: 28 + the old root + its child
+    assert kernel_tokens == torch_tokens
+    scale = reference.abs().max().item()
+    assert (kernel - reference).abs().max().item() <= 0.03 * scale, ((kernel - reference).abs().max(), scale)

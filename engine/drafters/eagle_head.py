@@ -12,6 +12,11 @@ After verification the accepted drafts are re-read with the target's real
 features (their tree pairs used predicted states); they wait as pending pairs
 and run in the same forward as the next root, so a step costs one head
 forward per draft layer and none extra.
+
+The head's keys and values live in one static cache [2, kv, capacity, d]:
+the committed pairs first, then this step's tree nodes in run order, written in
+place. In bfloat16 on a CPU that runs the native kernel a draft forward is one
+call of its `head_step` (engine/native); elsewhere the head's torch modules.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from pathlib import Path
 
 import torch
 
+from engine import native
 from engine.drafters.base import Drafter, Proposal
+from engine.fastlm import forward_choice
 from engine.head import Eagle3Head, default_feature_layers, load_head
 from engine.sampling import SamplingParams, draw_without_replacement, probs_from_logits
 from engine.timing import ForwardMeter
@@ -40,7 +47,18 @@ class EagleHeadDrafter(Drafter):
         self.feature_layers = tuple(layers)
         self.dtype = head.fc.weight.dtype
         self.device = head.fc.weight.device
+        self.native = self._bind_native()
         self._reset_state()
+
+    def _bind_native(self) -> native.NativeHead | None:
+        """The kernel's head step where it runs this head (bf16 on a CPU with the kernel, and not turned
+        off by SPECSCOPE_FORWARD), else None: the torch modules run it."""
+        if self.dtype != torch.bfloat16 or self.device.type != "cpu" or forward_choice() != "native":
+            return None
+        try:
+            return native.NativeHead(self.head)
+        except native.NativeUnavailable:
+            return None  # the target's FastLM has said why the kernel does not run, once
 
     @classmethod
     def from_dir(cls, path: str | Path, target_model: torch.nn.Module, dtype: torch.dtype = torch.float32,
@@ -52,18 +70,16 @@ class EagleHeadDrafter(Drafter):
 
     def _reset_state(self) -> None:
         attn = self.head.midlayer.self_attn
-        empty = torch.zeros(1, attn.kv_heads, 0, attn.head_dim, dtype=self.dtype, device=self.device)  # [1, kv, 0, d]
-        self.cache_k, self.cache_v = empty, empty.clone()
+        self.kv = torch.zeros(2, attn.kv_heads, 256, attn.head_dim, dtype=self.dtype, device=self.device)  # [2, kv, C, d]
+        self.length = 0  # committed pairs; this step's tree nodes follow them in the cache
         self.pending_tokens: list[int] = []  # context tokens whose pairs are not in the cache yet
         self.pending_features: list[torch.Tensor] = []  # each [F]: feature of the token before
         self.root_feature: torch.Tensor | None = None  # [F]: feature of the token before the root
         self._clear_tree()
 
     def _clear_tree(self) -> None:
-        attn = self.head.midlayer.self_attn
-        empty = torch.zeros(1, attn.kv_heads, 0, attn.head_dim, dtype=self.dtype, device=self.device)
-        self.tree_k, self.tree_v = empty, empty.clone()  # [1, kv, D, d]: keys of the nodes run this step, in run order
-        self.slot: dict[int, int] = {}  # node -> its column in tree_k
+        self.ran = 0  # tree nodes run this step: columns length … length + ran − 1 of the cache, in run order
+        self.slot: dict[int, int] = {}  # node -> its column among them
         self.ancestry: dict[int, list[int]] = {}  # node -> columns of itself and its ancestors
         self.node_state: dict[int, torch.Tensor] = {}  # node -> output state [H]
         self.node_logits: dict[int, torch.Tensor] = {}  # node -> [Vd] draft-vocabulary logits
@@ -71,7 +87,18 @@ class EagleHeadDrafter(Drafter):
 
     @property
     def cache_len(self) -> int:
-        return self.cache_k.shape[2]
+        return self.length
+
+    def _room(self, needed: int) -> None:
+        """Grows the cache (doubling) to hold `needed` columns, keeping what it holds."""
+        capacity = self.kv.shape[2]
+        if needed <= capacity:
+            return
+        while capacity < needed:
+            capacity *= 2
+        kv = torch.zeros(*self.kv.shape[:2], capacity, self.kv.shape[3], dtype=self.dtype, device=self.device)
+        kv[:, :, :self.length + self.ran] = self.kv[:, :, :self.length + self.ran]
+        self.kv = kv
 
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
         self._reset_state()
@@ -120,66 +147,77 @@ class EagleHeadDrafter(Drafter):
         index = self.head.draft_index(token)
         return 0.0 if index < 0 else math.exp(float(self.node_logits[node][index]) - self.node_lse[node])
 
-    def _timed_step(self, tokens, state, positions, past, bias, read_out: slice, features=None):
-        """One head forward and the readout of the positions in `read_out`: the draft forward that δ and c count.
-        With `features` [1, N, F] the state is their fusion, inside the forward."""
+    def _timed_step(self, tokens: list[int], state: torch.Tensor | None, positions: list[int], masked: torch.Tensor | None,
+                    first_logit: int, features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One head forward over N new pairs written from column length + ran on, and the draft logits of
+        rows first_logit … N − 1: the draft forward that δ and c count. `masked` [N, M] bool says which of
+        the last M of the columns each row sees (None: causal among the new rows); with `features` [N, F]
+        the state is their fusion, inside the forward. Returns the output states [N, H] and the logits."""
+        start, n = self.length + self.ran, len(tokens)
+        self._room(start + n)
+        if masked is None and n > 1:
+            masked = torch.ones(n, n, dtype=torch.bool).tril()
         with self.meter.timed():
             if features is not None:
-                state = self.head.fuse(features)  # [1, N, H]
-            out, kv = self.head.step(tokens, state, positions, past, bias)
-            logits = self.head.draft_logits(out[0, read_out]).float()  # [R, Vd]
-        return out, kv, logits
+                state = self.head.fuse(features)  # [N, H]
+            ids = torch.tensor(tokens, device=self.device)
+            at = torch.tensor(positions, device=self.device)
+            if self.native is not None:
+                out, logits = self.native(self.head.embed(ids), state, at, self.kv, start, masked, first_logit)
+            else:
+                out, logits = self._torch_step(ids, state, at, start, masked, first_logit)
+            logits = logits.float()  # [R, Vd]
+        return out, logits
+
+    def _torch_step(self, ids: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, start: int,
+                    masked: torch.Tensor | None, first_logit: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same forward through the head's torch modules; writes the new keys and values in place."""
+        n = len(ids)
+        past = (self.kv[0, :, :start][None], self.kv[1, :, :start][None]) if start else None  # [1, kv, S, d] each
+        allowed = torch.ones(n, start + n, dtype=torch.bool)
+        if masked is not None:
+            allowed[:, start + n - masked.shape[1]:] = masked
+        out, (k, v) = self.head.step(ids[None], state[None], positions[None], past,
+                                     attention_bias(allowed, self.dtype).to(self.device))
+        self.kv[0, :, start:start + n] = k[0]
+        self.kv[1, :, start:start + n] = v[0]
+        return out[0], self.head.draft_logits(out[0, first_logit:])
 
     def _run_root(self, tree: DraftTree) -> None:
-        """The pending context pairs and the root pair in one causal forward; the root becomes node 0."""
+        """The pending context pairs and the root pair in one causal forward; the pending pairs join the
+        cache and the root becomes node 0, the tree's first column."""
         self._clear_tree()
         tokens = self.pending_tokens + [tree.token[0]]
         features = torch.stack(self.pending_features + [self.root_feature]).to(self.device)  # [M + 1, F]
-        n, past = len(tokens), self.cache_len
-        positions = torch.arange(past, past + n, device=self.device)[None]  # [1, M + 1]
-        causal = torch.ones(n, n, dtype=torch.bool).tril()  # [M + 1, M + 1]
-        allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), causal], dim=1)
-        out, (k, v), logits = self._timed_step(torch.tensor([tokens], device=self.device), None, positions,
-                                               self._past(), attention_bias(allowed, self.dtype).to(self.device),
-                                               slice(n - 1, n), features=features[None])
-        self.cache_k = torch.cat([self.cache_k, k[:, :, :-1]], dim=2)
-        self.cache_v = torch.cat([self.cache_v, v[:, :, :-1]], dim=2)
+        positions = list(range(self.length, self.length + len(tokens)))
+        out, logits = self._timed_step(tokens, None, positions, None, len(tokens) - 1, features=features)
+        self.length += len(tokens) - 1
         self.pending_tokens, self.pending_features = [], []
-        self._store([0], [[]], k[:, :, -1:], v[:, :, -1:], out[0, -1:], logits)
+        self._store([0], [[]], out[-1:], logits)
 
     def _run_nodes(self, tree: DraftTree, nodes: list[int]) -> None:
-        """Drafted nodes: each pairs its token with its parent's output state, attending to its ancestors."""
-        ran = self.tree_k.shape[2]  # columns of the nodes already run, every ancestor of the new ones among them
+        """Drafted nodes: each pairs its token with its parent's output state, attending to the committed
+        cache, its ancestors and itself (the columns of this step's tree: ran before, N new)."""
+        ran = self.ran
         above = [self.ancestry[tree.parent[n]] for n in nodes]  # each node's ancestors' columns
-        allowed = torch.zeros(len(nodes), self.cache_len + ran + len(nodes), dtype=torch.bool)  # [N, P + D + N]
-        allowed[:, :self.cache_len] = True
+        masked = torch.zeros(len(nodes), ran + len(nodes), dtype=torch.bool)  # [N, D + N] over the tree's columns
         rows = [i for i, columns in enumerate(above) for _ in columns]
-        allowed[rows, [self.cache_len + c for columns in above for c in columns]] = True
-        allowed[range(len(nodes)), range(self.cache_len + ran, self.cache_len + ran + len(nodes))] = True
-        state = torch.stack([self.node_state[tree.parent[n]] for n in nodes])[None]  # [1, N, H]
-        root_position = self.cache_len  # the root pair's position once the pending pairs are cached
-        positions = torch.tensor([[root_position + tree.depth[n] for n in nodes]], device=self.device)  # [1, N]
-        past = (torch.cat([self.cache_k, self.tree_k], dim=2), torch.cat([self.cache_v, self.tree_v], dim=2))
-        tokens = torch.tensor([[tree.token[n] for n in nodes]], device=self.device)
-        out, (k, v), logits = self._timed_step(tokens, state, positions, past,
-                                               attention_bias(allowed, self.dtype).to(self.device),
-                                               slice(0, len(nodes)))
-        self._store(nodes, above, k, v, out[0], logits)
+        masked[rows, [c for columns in above for c in columns]] = True
+        masked[range(len(nodes)), range(ran, ran + len(nodes))] = True
+        state = torch.stack([self.node_state[tree.parent[n]] for n in nodes])  # [N, H]
+        positions = [self.length + tree.depth[n] for n in nodes]  # the root pair sits at column `length`
+        out, logits = self._timed_step([tree.token[n] for n in nodes], state, positions, masked, 0)
+        self._store(nodes, above, out, logits)
 
-    def _store(self, nodes: list[int], above: list[list[int]], k: torch.Tensor, v: torch.Tensor,
-               states: torch.Tensor, logits: torch.Tensor) -> None:
-        """Appends the nodes' keys [1, kv, N, d] to the tree's; states [N, H] and logits [N, Vd] by node."""
-        first = self.tree_k.shape[2]
-        self.tree_k = torch.cat([self.tree_k, k], dim=2)
-        self.tree_v = torch.cat([self.tree_v, v], dim=2)
+    def _store(self, nodes: list[int], above: list[list[int]], states: torch.Tensor, logits: torch.Tensor) -> None:
+        """Records the nodes just run (their keys are the cache's next columns): states [N, H], logits [N, Vd]."""
+        first = self.ran
+        self.ran += len(nodes)
         for i, node in enumerate(nodes):
             self.slot[node] = first + i
             self.ancestry[node] = above[i] + [first + i]
             self.node_state[node] = states[i]
             self.node_logits[node] = logits[i]
-
-    def _past(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        return (self.cache_k, self.cache_v) if self.cache_len else None
 
     def _sampled_children(self, node: int, logits: torch.Tensor, k: int, sampling: SamplingParams,
                           generator: torch.Generator) -> Proposal:
@@ -192,10 +230,9 @@ class EagleHeadDrafter(Drafter):
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],
                features: torch.Tensor | None = None) -> None:
         assert features is not None and len(features) == len(accepted_path)
-        if 0 in self.slot:  # the root pair was computed with its real feature: keep it
-            root = self.slot[0]
-            self.cache_k = torch.cat([self.cache_k, self.tree_k[:, :, root:root + 1]], dim=2)
-            self.cache_v = torch.cat([self.cache_v, self.tree_v[:, :, root:root + 1]], dim=2)
+        if 0 in self.slot:  # the root pair was computed with its real feature: keep it (the tree's first column)
+            assert self.slot[0] == 0
+            self.length += 1
         else:
             self.pending_tokens.append(tree.token[0])
             self.pending_features.append(self.root_feature)

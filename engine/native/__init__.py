@@ -124,9 +124,23 @@ class Forward(ctypes.Structure):
                     "feature_slot", "timings")])
 
 
+class HeadStep(ctypes.Structure):
+    _fields_ = ([("dims", ctypes.POINTER(Dims))]
+                + [(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns", "threads",
+                                                     "first_logit", "norm_before_residual")]
+                + [(name, ctypes.c_void_p) for name in
+                   ("positions", "cos", "sin_signed", "kv", "mask", "layer", "hidden_norm", "final_norm", "lm_head",
+                    "lm_head_pairs", "embeds", "state", "attn_in", "x", "normed", "qkv", "heads_out", "projected",
+                    "gate_up", "mlp", "logits")])
+
+
 def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.forward.argtypes = [ctypes.POINTER(Forward)]
     library.forward.restype = ctypes.c_int
+    library.head_step.argtypes = [ctypes.POINTER(HeadStep)]
+    library.head_step.restype = ctypes.c_int
+    library.native_head_struct_size.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    library.native_head_struct_size.restype = None
     library.native_max_tokens.restype = ctypes.c_int
     library.native_amx_active.restype = ctypes.c_int
     library.native_use_amx.argtypes = [ctypes.c_int]
@@ -141,12 +155,14 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
 
 def _checked(library: ctypes.CDLL) -> ctypes.CDLL:
     """The library, once its structs' sizes agree with the ctypes mirrors above."""
-    sizes = (ctypes.c_int64 * 3)()
+    sizes, head = (ctypes.c_int64 * 3)(), ctypes.c_int64()
     library.native_struct_sizes(sizes)
-    mirrors = (ctypes.sizeof(Dims), ctypes.sizeof(LayerWeights), ctypes.sizeof(Forward))
+    library.native_head_struct_size(ctypes.byref(head))
+    sizes = (*sizes, head.value)
+    mirrors = (ctypes.sizeof(Dims), ctypes.sizeof(LayerWeights), ctypes.sizeof(Forward), ctypes.sizeof(HeadStep))
     if tuple(sizes) != mirrors:
-        raise NativeUnavailable(f"forward.c's structs (Dims, LayerWeights, Forward: {tuple(sizes)} bytes) do not "
-                                f"match their ctypes mirrors ({mirrors} bytes)")
+        raise NativeUnavailable(f"forward.c's structs (Dims, LayerWeights, Forward, HeadStep: {tuple(sizes)} bytes) "
+                                f"do not match their ctypes mirrors ({mirrors} bytes)")
     return library
 
 
@@ -306,3 +322,83 @@ def use_kernel_linears(module: nn.Module) -> int:
                 setattr(parent, name, KernelLinear(child))
                 swapped += 1
     return swapped
+
+
+class NativeHead:
+    """The kernel's `head_step` bound to an EAGLE-3 head (engine/head.py) in bfloat16 on this CPU: one C
+    call per draft forward in place of some sixty torch ops. q/k/v and gate/up run fused, from copies made
+    here and made again whenever a weight changes in place (a head being trained, then drafted with)."""
+
+    def __init__(self, head) -> None:
+        self.library = kernel()
+        layer, attn = head.midlayer, head.midlayer.self_attn
+        self.head = head
+        if head.fc.weight.dtype != torch.bfloat16 or head.fc.weight.device.type != "cpu":
+            raise NativeUnavailable("the head's step runs bfloat16 on a CPU")
+        hidden, inter = head.fc.weight.shape[0], layer.mlp.gate_proj.weight.shape[0]
+        if hidden % 32 or inter % 32 or attn.head_dim % 32 or attn.head_dim > 256 or head.draft_vocab_size % 4:
+            raise NativeUnavailable("the head's sizes must be multiples of 32 (its draft vocabulary of 4)")
+        self.dims = Dims(1, hidden, attn.heads, attn.kv_heads, attn.head_dim, inter, head.draft_vocab_size,
+                         layer.input_layernorm.variance_epsilon)
+        self._sources = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj,
+                         layer.mlp.down_proj, head.lm_head]
+        self._version = None
+        self._tables: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (capacity, cos, sin_signed)
+
+    def _bind(self) -> None:
+        """Fused copies of the weights (paired too where the dot-product path runs), as they are now."""
+        head, layer = self.head, self.head.midlayer
+        q, k, v, o, gate, up, down, lm_head = (s.weight.detach() for s in self._sources)
+        self.weights = {"qkv": torch.cat([q, k, v]), "o": o.contiguous(), "gate_up": torch.cat([gate, up]),
+                        "down": down.contiguous(), "lm_head": lm_head.contiguous()}
+        norms = (layer.input_layernorm, layer.hidden_norm, layer.post_attention_layernorm, head.norm)
+        self.norms = [n.weight.detach().contiguous() for n in norms]
+        pairs = {} if self.library.native_amx_active() else {name: pair_rows(w) for name, w in self.weights.items()}
+        self.pairs = pairs
+        w = self.weights
+        self.layer = LayerWeights(*(_address(t) for t in (w["qkv"], w["o"], w["gate_up"], w["down"], self.norms[0],
+                                                          self.norms[2])),
+                                  *(pairs[name].data_ptr() if pairs else None for name in ("qkv", "o", "gate_up", "down")))
+        self._version = self._versions()
+
+    def _versions(self) -> tuple:
+        return tuple(s.weight._version for s in self._sources) + (self.library.native_amx_active(),)
+
+    def _rope(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin_signed [capacity, d] from the head's own rotary module, as FastLM makes the target's."""
+        if self._tables is None or self._tables[0] < capacity:
+            positions = torch.arange(capacity)[None]
+            cos, sin = self.head.rotary(torch.empty(0, dtype=torch.bfloat16), positions)  # [1, C, d]
+            half = self.dims.head_dim // 2
+            self._tables = (capacity, cos[0].contiguous(), torch.cat([-sin[0, :, :half], sin[0, :, half:]], -1))
+        return self._tables[1], self._tables[2]
+
+    def __call__(self, embeds: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
+                 start: int, mask: torch.Tensor | None, first_logit: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Output states [N, H] and draft logits [N − first_logit, Vd] (bf16) for N pairs (embeds, state
+        [N, H]) at rotary `positions` [N]; their keys and values go into `kv` [2, kv, C, d] from slot
+        `start`; `mask` [N, M] bool over the last M of the start + N columns (None: all visible)."""
+        if self._version != self._versions():
+            self._bind()
+        dims, n = self.dims, embeds.shape[0]
+        hidden, inter, width = dims.hidden, dims.inter, (dims.heads + 2 * dims.kv_heads) * dims.head_dim
+        capacity = kv.shape[2]
+        cos, sin_signed = self._rope(capacity)
+        new = functools.partial(torch.empty, dtype=torch.bfloat16)
+        out, logits = new(n, hidden), new(n - first_logit, dims.vocab)
+        scratch = [new(n, 2 * hidden), out, new(n, hidden), new(n, width), new(n, dims.heads * dims.head_dim),
+                   new(n, hidden), new(n, 2 * inter), new(n, inter)]
+        mask = None if mask is None else mask.to(torch.uint8).contiguous()
+        positions = positions.to(torch.int64).contiguous()
+        embeds, state = embeds.to(torch.bfloat16).contiguous(), state.to(torch.bfloat16).contiguous()
+        call = HeadStep(ctypes.pointer(dims), n, start, capacity, 0 if mask is None else mask.shape[1],
+                        torch.get_num_threads(), first_logit, int(self.head.norm_before_residual),
+                        _address(positions), _address(cos), _address(sin_signed), _address(kv), _address(mask),
+                        ctypes.addressof(self.layer), _address(self.norms[1]), _address(self.norms[3]),
+                        _address(self.weights["lm_head"]),
+                        self.pairs["lm_head"].data_ptr() if self.pairs else None, _address(embeds), _address(state),
+                        *(_address(t) for t in scratch), _address(logits))
+        code = self.library.head_step(ctypes.byref(call))
+        if code:
+            raise refused(code, "head step")
+        return out, logits

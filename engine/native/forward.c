@@ -555,106 +555,223 @@ static int check(const Forward *f) {
     return NATIVE_OK;
 }
 
+/* Stage times, read on the master thread after a barrier: glue 0, products 1, attention 2, output 3. */
+typedef struct {
+    double *timings, last;
+} Clock;
+
+static inline void mark(Clock *clock, int stage) {
+    if (clock->timings == NULL) return;
+#pragma omp master
+    {
+        double now = omp_get_wtime();
+        clock->timings[stage] += now - clock->last;
+        clock->last = now;
+    }
+}
+
+/* What one decoder layer reads and writes besides its weights. */
+typedef struct {
+    int n, start, capacity, masked_columns, in_width; /* in_width: the attention input's width (H; 2H for a head) */
+    const int64_t *positions;
+    const bf16 *cos, *sin_signed;
+    const uint8_t *mask;
+    bf16 *keys, *values;                               /* [kv, C, d] each */
+    const bf16 *attn_in;                               /* [N, in_width], normed */
+    bf16 *x;                                           /* [N, H]: the residual stream, updated in place */
+    bf16 *normed, *qkv, *heads_out, *projected, *gate_up, *mlp;
+    uint32_t *packed;                                  /* AMX's shared scratch, or NULL */
+    float *scores;                                     /* this thread's [16, S] */
+} LayerCall;
+
+/* One Llama decoder layer from its normed attention input on, called by every thread of the team: q/k/v
+ * and RoPE, the keys and values into the cache at slot start + t, attention, the output product and the
+ * residual, the MLP and its residual. */
+static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall *c, Clock *clock) {
+    const int n = c->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
+    const int S = c->start + n, width = (h + 2 * g) * d, group = h / g, blocks = (n * group + 15) / 16;
+    const int amx = c->packed != NULL;
+    matmul(c->attn_in, n, c->in_width, w->qkv, w->qkv_pairs, width, c->qkv, c->packed);
+    mark(clock, 1);
+#pragma omp for schedule(static)
+    for (int t = 0; t < n; t++) { /* RoPE on q and k; k and v into the cache at slot start + t */
+        bf16 *row = c->qkv + (size_t)t * width;
+        const int64_t position = c->positions[t];
+        for (int head = 0; head < h + g; head++)
+            rope(row + head * d, c->cos + position * d, c->sin_signed + position * d, d);
+        for (int j = 0; j < g; j++) {
+            size_t slot = ((size_t)j * c->capacity + c->start + t) * d;
+            memcpy(c->keys + slot, row + (h + j) * d, d * sizeof(bf16));
+            memcpy(c->values + slot, row + (h + g + j) * d, d * sizeof(bf16));
+        }
+    }
+    mark(clock, 0);
+#pragma omp for schedule(static)
+    for (int task = 0; task < g * blocks; task++) {
+        int j = task / blocks, first = task % blocks * 16;
+        Queries Q = {.count = n * group - first < 16 ? n * group - first : 16};
+        for (int i = 0; i < Q.count; i++) {
+            int t = (first + i) / group, head = j * group + (first + i) % group;
+            Q.q[i] = c->qkv + (size_t)t * width + head * d;
+            Q.token[i] = t;
+            Q.out[i] = c->heads_out + ((size_t)t * h + head) * d;
+        }
+        attend(&Q, c->keys + (size_t)j * c->capacity * d, c->values + (size_t)j * c->capacity * d, S, d,
+               c->masked_columns, c->mask, amx, c->scores);
+    }
+    mark(clock, 2);
+    matmul(c->heads_out, n, h * d, w->o, w->o_pairs, H, c->projected, c->packed);
+    mark(clock, 1);
+#pragma omp single
+    {
+        add_rounded(c->x, c->projected, (size_t)n * H);
+        rms_norm(c->x, n, H, w->mlp_norm, D->eps, c->normed);
+    }
+    mark(clock, 0);
+    matmul(c->normed, n, H, w->gate_up, w->gate_up_pairs, 2 * I, c->gate_up, c->packed);
+    mark(clock, 1);
+#pragma omp for schedule(static)
+    for (int t = 0; t < n; t++)
+        silu_times(c->gate_up + (size_t)t * 2 * I, c->gate_up + (size_t)t * 2 * I + I, I, c->mlp + (size_t)t * I);
+    mark(clock, 0);
+    matmul(c->mlp, n, I, w->down, w->down_pairs, H, c->projected, c->packed);
+    mark(clock, 1);
+#pragma omp single
+    add_rounded(c->x, c->projected, (size_t)n * H);
+}
+
+/* AMX's pair scratch for products of inputs up to `widest` and each thread's score rows for S columns;
+ * NATIVE_NO_MEMORY (both freed) where an allocation failed. */
+static int team_scratch(int widest, int S, int threads, uint32_t **packed, float **scores) {
+    *packed = pairs_scratch(widest);
+    *scores = malloc(sizeof(float) * 16 * (size_t)S * threads); /* [threads][16, S] */
+    if ((*packed == NULL && native_amx_active()) || *scores == NULL) {
+        free(*packed);
+        free(*scores);
+        return NATIVE_NO_MEMORY;
+    }
+    return NATIVE_OK;
+}
+
 int forward(const Forward *f) {
     const int refused = check(f);
     if (refused) return refused;
     const Dims *D = f->dims;
     const int n = f->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
-    const int S = f->start + n, width = (h + 2 * g) * d, group = h / g, blocks = (n * group + 15) / 16;
     int widest = H > I ? H : I; /* the longest input of a product */
     if (h * d > widest) widest = h * d;
-    uint32_t *packed = pairs_scratch(widest);
-    const int amx = packed != NULL;
-    float *all_scores = malloc(sizeof(float) * 16 * (size_t)S * f->threads); /* [threads][16, S] */
-    if ((amx == 0 && native_amx_active()) || all_scores == NULL) {
-        free(packed);
-        free(all_scores);
-        return NATIVE_NO_MEMORY;
-    }
-    double last = omp_get_wtime();
-#define MARK(stage) /* stage times, read on the master thread after a barrier */                         \
-    if (f->timings) {                                                                                    \
-        _Pragma("omp master") {                                                                          \
-            double now = omp_get_wtime();                                                                \
-            f->timings[stage] += now - last, last = now;                                                 \
-        }                                                                                                \
-    }
+    uint32_t *packed;
+    float *all_scores;
+    if (team_scratch(widest, f->start + n, f->threads, &packed, &all_scores)) return NATIVE_NO_MEMORY;
+    Clock clock = {f->timings, omp_get_wtime()};
 #pragma omp parallel num_threads(f->threads)
     {
 #ifdef __AMX_BF16__
-        if (amx) amx_configure();
+        if (packed) amx_configure();
 #endif
-        float *scores = all_scores + (size_t)16 * S * omp_get_thread_num();
+        LayerCall call = {.n = n, .start = f->start, .capacity = f->capacity, .masked_columns = f->masked_columns,
+                          .in_width = H, .positions = f->positions, .cos = f->cos, .sin_signed = f->sin_signed,
+                          .mask = f->mask, .attn_in = f->normed, .x = f->x, .normed = f->normed, .qkv = f->qkv,
+                          .heads_out = f->heads_out, .projected = f->projected, .gate_up = f->gate_up,
+                          .mlp = f->mlp, .packed = packed,
+                          .scores = all_scores + (size_t)16 * (f->start + n) * omp_get_thread_num()};
         for (int l = 0; l < D->layers; l++) {
             const LayerWeights *w = &f->layers[l];
-            bf16 *keys = f->kv + (size_t)l * 2 * g * f->capacity * d, *values = keys + (size_t)g * f->capacity * d;
+            call.keys = f->kv + (size_t)l * 2 * g * f->capacity * d;
+            call.values = call.keys + (size_t)g * f->capacity * d;
 #pragma omp single
             {
                 save_feature(f, l, f->x);
                 rms_norm(f->x, n, H, w->attn_norm, D->eps, f->normed);
             }
-            MARK(0);
-            matmul(f->normed, n, H, w->qkv, w->qkv_pairs, width, f->qkv, packed);
-            MARK(1);
-#pragma omp for schedule(static)
-            for (int t = 0; t < n; t++) { /* RoPE on q and k; k and v into the cache at slot start + t */
-                bf16 *row = f->qkv + (size_t)t * width;
-                const int64_t position = f->positions[t];
-                for (int head = 0; head < h + g; head++)
-                    rope(row + head * d, f->cos + position * d, f->sin_signed + position * d, d);
-                for (int j = 0; j < g; j++) {
-                    size_t slot = ((size_t)j * f->capacity + f->start + t) * d;
-                    memcpy(keys + slot, row + (h + j) * d, d * sizeof(bf16));
-                    memcpy(values + slot, row + (h + g + j) * d, d * sizeof(bf16));
-                }
-            }
-            MARK(0);
-#pragma omp for schedule(static)
-            for (int task = 0; task < g * blocks; task++) {
-                int j = task / blocks, first = task % blocks * 16;
-                Queries Q = {.count = n * group - first < 16 ? n * group - first : 16};
-                for (int i = 0; i < Q.count; i++) {
-                    int t = (first + i) / group, head = j * group + (first + i) % group;
-                    Q.q[i] = f->qkv + (size_t)t * width + head * d;
-                    Q.token[i] = t;
-                    Q.out[i] = f->heads_out + ((size_t)t * h + head) * d;
-                }
-                attend(&Q, keys + (size_t)j * f->capacity * d, values + (size_t)j * f->capacity * d, S, d,
-                       f->masked_columns, f->mask, amx, scores);
-            }
-            MARK(2);
-            matmul(f->heads_out, n, h * d, w->o, w->o_pairs, H, f->projected, packed);
-            MARK(1);
-#pragma omp single
-            {
-                add_rounded(f->x, f->projected, (size_t)n * H);
-                rms_norm(f->x, n, H, w->mlp_norm, D->eps, f->normed);
-            }
-            MARK(0);
-            matmul(f->normed, n, H, w->gate_up, w->gate_up_pairs, 2 * I, f->gate_up, packed);
-            MARK(1);
-#pragma omp for schedule(static)
-            for (int t = 0; t < n; t++)
-                silu_times(f->gate_up + (size_t)t * 2 * I, f->gate_up + (size_t)t * 2 * I + I, I, f->mlp + (size_t)t * I);
-            MARK(0);
-            matmul(f->mlp, n, I, w->down, w->down_pairs, H, f->projected, packed);
-            MARK(1);
-#pragma omp single
-            add_rounded(f->x, f->projected, (size_t)n * H);
+            mark(&clock, 0);
+            decoder_layer(D, w, &call, &clock);
         }
 #pragma omp single
         {
             rms_norm(f->x, n, H, f->final_norm, D->eps, f->normed);
             save_feature(f, D->layers, f->normed);
         }
-        MARK(0);
+        mark(&clock, 0);
         matmul(f->normed, n, H, f->lm_head, f->lm_head_pairs, D->vocab, f->logits, packed);
-        MARK(3);
+        mark(&clock, 3);
 #ifdef __AMX_BF16__
-        if (amx) _tile_release();
+        if (packed) _tile_release();
 #endif
     }
-#undef MARK
+    free(packed);
+    free(all_scores);
+    return NATIVE_OK;
+}
+
+/* One step of an EAGLE-3 draft head (engine/head.py): a Llama decoder layer whose attention reads
+ * [input_norm(embedding) | hidden_norm(state)], 2H wide, with the state (or its hidden_norm) as the
+ * residual, then the final norm and the draft vocabulary's logits for rows first_logit … N − 1. */
+typedef struct {
+    const Dims *dims;                   /* layers 1; vocab: the draft vocabulary */
+    int n, start, capacity, masked_columns, threads, first_logit, norm_before_residual;
+    const int64_t *positions;
+    const bf16 *cos, *sin_signed;       /* [C, d] */
+    bf16 *kv;                           /* [2, kv, C, d] */
+    const uint8_t *mask;                /* [N, M] or NULL */
+    const LayerWeights *layer;          /* attn_norm: input_layernorm (of the embeddings) */
+    const bf16 *hidden_norm, *final_norm, *lm_head;
+    const uint32_t *lm_head_pairs;
+    const bf16 *embeds, *state;         /* [N, H] each */
+    bf16 *attn_in;                      /* [N, 2H] scratch */
+    bf16 *x;                            /* [N, H]: the output state */
+    bf16 *normed, *qkv, *heads_out, *projected, *gate_up, *mlp; /* scratch */
+    bf16 *logits;                       /* [N − first_logit, V] */
+} HeadStep;
+
+void native_head_struct_size(int64_t *size) { *size = sizeof(HeadStep); }
+
+int head_step(const HeadStep *s) {
+    const Dims *D = s->dims;
+    const int n = s->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
+    const Forward as_forward = {.dims = D, .n = n, .start = s->start, .capacity = s->capacity,
+                                .masked_columns = s->masked_columns, .positions = s->positions, .mask = s->mask,
+                                .layers = s->layer, .lm_head_pairs = s->lm_head_pairs};
+    const int refused = check(&as_forward);
+    if (refused) return refused;
+    if (s->first_logit < 0 || s->first_logit >= n) return NATIVE_BAD_DIMS;
+    int widest = 2 * H > I ? 2 * H : I;
+    if (h * d > widest) widest = h * d;
+    uint32_t *packed;
+    float *all_scores;
+    if (team_scratch(widest, s->start + n, s->threads, &packed, &all_scores)) return NATIVE_NO_MEMORY;
+    Clock clock = {NULL, 0};
+#pragma omp parallel num_threads(s->threads)
+    {
+#ifdef __AMX_BF16__
+        if (packed) amx_configure();
+#endif
+#pragma omp single
+        {
+            for (int t = 0; t < n; t++) {
+                rms_norm(s->embeds + (size_t)t * H, 1, H, s->layer->attn_norm, D->eps, s->attn_in + (size_t)t * 2 * H);
+                rms_norm(s->state + (size_t)t * H, 1, H, s->hidden_norm, D->eps, s->attn_in + (size_t)t * 2 * H + H);
+                if (s->norm_before_residual)
+                    memcpy(s->x + (size_t)t * H, s->attn_in + (size_t)t * 2 * H + H, H * sizeof(bf16));
+            }
+            if (!s->norm_before_residual) memcpy(s->x, s->state, (size_t)n * H * sizeof(bf16));
+        }
+        LayerCall call = {.n = n, .start = s->start, .capacity = s->capacity, .masked_columns = s->masked_columns,
+                          .in_width = 2 * H, .positions = s->positions, .cos = s->cos, .sin_signed = s->sin_signed,
+                          .mask = s->mask, .keys = s->kv, .values = s->kv + (size_t)g * s->capacity * d,
+                          .attn_in = s->attn_in, .x = s->x, .normed = s->normed, .qkv = s->qkv,
+                          .heads_out = s->heads_out, .projected = s->projected, .gate_up = s->gate_up,
+                          .mlp = s->mlp, .packed = packed,
+                          .scores = all_scores + (size_t)16 * (s->start + n) * omp_get_thread_num()};
+        decoder_layer(D, s->layer, &call, &clock);
+        const int rows = n - s->first_logit;
+#pragma omp single
+        rms_norm(s->x + (size_t)s->first_logit * H, rows, H, s->final_norm, D->eps, s->normed);
+        matmul(s->normed, rows, H, s->lm_head, s->lm_head_pairs, D->vocab, s->logits, packed);
+#ifdef __AMX_BF16__
+        if (packed) _tile_release();
+#endif
+    }
     free(packed);
     free(all_scores);
     return NATIVE_OK;
