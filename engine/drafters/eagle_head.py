@@ -166,7 +166,7 @@ class EagleHeadDrafter(Drafter):
                 out, logits = self.native(self.head.embed(ids), state, at, self.kv, start, masked, first_logit)
             else:
                 out, logits = self._torch_step(ids, state, at, start, masked, first_logit)
-            logits = logits.float()  # [R, Vd]
+            logits = logits.float()  # [R, Vd], a tensor of its own (the kernel reuses its buffer)
         return out, logits
 
     def _torch_step(self, ids: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, start: int,

@@ -344,6 +344,7 @@ class NativeHead:
                          layer.mlp.down_proj, head.lm_head]
         self._version = None
         self._tables: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (capacity, cos, sin_signed)
+        self._buffers: dict[tuple[int, int], tuple[list[torch.Tensor], torch.Tensor]] = {}
 
     def _bind(self) -> None:
         """Fused copies of the weights (paired too where the dot-product path runs), as they are now."""
@@ -375,30 +376,40 @@ class NativeHead:
 
     def __call__(self, embeds: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
                  start: int, mask: torch.Tensor | None, first_logit: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Output states [N, H] and draft logits [N − first_logit, Vd] (bf16) for N pairs (embeds, state
-        [N, H]) at rotary `positions` [N]; their keys and values go into `kv` [2, kv, C, d] from slot
-        `start`; `mask` [N, M] bool over the last M of the start + N columns (None: all visible)."""
+        """Output states [N, H] and draft logits [N − first_logit, Vd] (bf16; the logits' buffer is reused by
+        the next call) for N pairs (embeds, state [N, H]) at rotary `positions` [N]; their keys and values
+        go into `kv` [2, kv, C, d] from slot `start`; `mask` [N, M] bool over the last M of the start + N
+        columns (None: all visible)."""
         if self._version != self._versions():
             self._bind()
-        dims, n = self.dims, embeds.shape[0]
-        hidden, inter, width = dims.hidden, dims.inter, (dims.heads + 2 * dims.kv_heads) * dims.head_dim
-        capacity = kv.shape[2]
+        n, capacity = embeds.shape[0], kv.shape[2]
         cos, sin_signed = self._rope(capacity)
-        new = functools.partial(torch.empty, dtype=torch.bfloat16)
-        out, logits = new(n, hidden), new(n - first_logit, dims.vocab)
-        scratch = [new(n, 2 * hidden), out, new(n, hidden), new(n, width), new(n, dims.heads * dims.head_dim),
-                   new(n, hidden), new(n, 2 * inter), new(n, inter)]
+        scratch, logits = self._scratch(n, n - first_logit)
+        out = torch.empty(n, self.dims.hidden, dtype=torch.bfloat16)  # kept by the drafter: a tensor of its own
         mask = None if mask is None else mask.to(torch.uint8).contiguous()
         positions = positions.to(torch.int64).contiguous()
         embeds, state = embeds.to(torch.bfloat16).contiguous(), state.to(torch.bfloat16).contiguous()
-        call = HeadStep(ctypes.pointer(dims), n, start, capacity, 0 if mask is None else mask.shape[1],
+        call = HeadStep(ctypes.pointer(self.dims), n, start, capacity, 0 if mask is None else mask.shape[1],
                         torch.get_num_threads(), first_logit, int(self.head.norm_before_residual),
                         _address(positions), _address(cos), _address(sin_signed), _address(kv), _address(mask),
                         ctypes.addressof(self.layer), _address(self.norms[1]), _address(self.norms[3]),
                         _address(self.weights["lm_head"]),
                         self.pairs["lm_head"].data_ptr() if self.pairs else None, _address(embeds), _address(state),
-                        *(_address(t) for t in scratch), _address(logits))
+                        scratch[0].data_ptr(), out.data_ptr(), *(t.data_ptr() for t in scratch[1:]), logits.data_ptr())
         code = self.library.head_step(ctypes.byref(call))
         if code:
             raise refused(code, "head step")
         return out, logits
+
+    def _scratch(self, n: int, rows: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The step's scratch for n pairs (attention input, normed, qkv, heads' outputs, projected, gate/up,
+        SiLU·up) and a logits buffer for `rows`, made once per size."""
+        key = (n, rows)
+        if key not in self._buffers:
+            dims, new = self.dims, functools.partial(torch.empty, dtype=torch.bfloat16)
+            hidden, inter, width = dims.hidden, dims.inter, (dims.heads + 2 * dims.kv_heads) * dims.head_dim
+            if len(self._buffers) > 64:  # trees of many sizes: keep the memory bounded
+                self._buffers.clear()
+            self._buffers[key] = ([new(n, 2 * hidden), new(n, hidden), new(n, width), new(n, dims.heads * dims.head_dim),
+                                   new(n, hidden), new(n, 2 * inter), new(n, inter)], new(rows, dims.vocab))
+        return self._buffers[key]
