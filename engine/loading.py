@@ -8,12 +8,16 @@ the same costs, measured or assumed, wherever they run.
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from engine import native
+from engine.calibration import PROMPTS as CALIBRATION_PROMPTS
+from engine.calibration import calibrate, needs_calibration
 from engine.codec import HFCodec
 from engine.costs import resolve_costs, saved_table_path
 from engine.device import device_name, pick_device, pick_dtype
@@ -29,6 +33,7 @@ from engine.errors import LoadError
 from engine.head import load_head, resolve_head_dir, shipped_head_dir
 from engine.fastlm import causal_lm, forward_choice
 from engine.options import EngineOptions
+from engine.policies import POLICIES
 
 # Which drafter runs when none is asked for: the first one loaded, in this order (chosen by
 # measurement on held-out prompts; see the head's model card).
@@ -69,8 +74,38 @@ def load_engine(options: EngineOptions | None = None) -> SpecEngine:
     if default not in drafters:
         raise LoadError(f"drafter {default!r} is not available; loaded: {', '.join(drafters)}", field="drafter")
     saved = saved_table_path(device_name(device), target_name, str(dtype))
-    return SpecEngine(target, HFCodec(tokenizer, target_name), drafters, default, draft_lm=draft_lm,
-                      costs=resolve_costs(options.cost_table, saved))
+    engine = SpecEngine(target, HFCodec(tokenizer, target_name), drafters, default, draft_lm=draft_lm,
+                        costs=resolve_costs(options.cost_table, saved))
+    if options.cost_table is None and calibrates(options) and needs_calibration(engine):
+        calibrate_and_save(engine, saved)
+    return engine
+
+
+def calibrates(options: EngineOptions) -> bool:
+    """Whether a load with no recorded default measures one (engine/calibration.py): the option, else
+    SPECSCOPE_CALIBRATE (0 turns it off), else yes."""
+    if options.calibrate is not None:
+        return options.calibrate
+    return os.environ.get("SPECSCOPE_CALIBRATE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def calibrate_and_save(engine: SpecEngine, path: Path) -> None:
+    """Measures this machine's default policy, with a progress bar, and saves it with the cost table."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(CALIBRATION_PROMPTS) * len(POLICIES), unit="run",
+               desc="no default policy measured on this device yet: calibrating")
+
+    def progress(done: int, total: int, policy: str) -> None:
+        bar.set_postfix_str(policy)
+        bar.update(done - bar.n)
+
+    try:
+        calibrate(engine, progress)
+    finally:
+        bar.close()
+    engine.costs.save(path)
+    print(f"default policy {engine.default_policy_note}; recorded in {path}", file=sys.stderr)
 
 
 def head_drafters(head_dir: str | Path, target_model: torch.nn.Module, dtype: torch.dtype,

@@ -30,6 +30,9 @@ class EngineOptions(BaseModel):
     device: str | None = Field(None, description="cpu, cuda or mps (default: the best available)")
     cost_table: Path | None = Field(None, description="cost table from `specscope profile` (default: the one saved "
                                                       "for this device, model and dtype; none: assumed costs)")
+    calibrate: bool | None = Field(None, description="where no default policy is recorded for this device, model and "
+                                                     "dtype, measure one on first load: every policy on 4 short prompts, "
+                                                     "about a minute, once (default: on; SPECSCOPE_CALIBRATE=0 turns it off)")
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ import json
 
 from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, resolve_costs
 from engine.engine import DEFAULT_POLICY
+from engine.policies import POLICIES
 from engine.policies.base import PolicyContext
 from engine.request import GenerationRequest
 from test_cli import run_cli, tiny_target, write_prompts  # noqa: F401 (fixture)
@@ -82,3 +83,37 @@ def test_cli_generate_and_bench_say_which_default_they_used(tiny_target, capsys,
                            "--max-new-tokens", "8", "--cost-table", str(table), "--json")
     assert code == 0 and json.loads(out)["policy"] == chosen
     assert "measured fastest" in json.loads(out)["default_policy_note"]
+
+
+def test_a_first_load_calibration_records_the_fastest_policy_ar_included_and_says_so(engine64, tmp_path):
+    from engine import calibration
+    from engine.loading import calibrate_and_save
+
+    saved_context = engine64.context
+    try:
+        engine64.context = PolicyContext(costs=CostTable.linear(1.6, 42.0))
+        assert calibration.needs_calibration(engine64)
+        calibrate_and_save(engine64, tmp_path / "costs.json")
+        table = resolve_costs(tmp_path / "costs.json", tmp_path / "none.json")
+        evidence = table.meta[FASTEST_EVIDENCE]
+        assert set(evidence["speedup_vs_ar"]) == set(POLICIES) and evidence["speedup_vs_ar"]["ar"] == 1.0
+        best = table.meta[FASTEST]
+        assert evidence["speedup_vs_ar"][best] == max(evidence["speedup_vs_ar"].values()) >= 1.0  # never below ar
+        engine64.context = PolicyContext(costs=table)
+        assert not calibration.needs_calibration(engine64) and engine64.default_policy == best
+        assert "from a first-load calibration" in engine64.describe().default_policy_note
+        measured = CostTable.linear(2.0, 20.0)
+        _keep_recorded_default(table, measured)  # a profile's new costs: the calibration is measured again
+        assert FASTEST not in measured.meta
+    finally:
+        engine64.context = saved_context
+
+
+def test_calibration_follows_its_option_then_specscope_calibrate(monkeypatch):
+    from engine.loading import calibrates
+    from engine.options import EngineOptions
+
+    monkeypatch.setenv("SPECSCOPE_CALIBRATE", "0")
+    assert not calibrates(EngineOptions()) and calibrates(EngineOptions(calibrate=True))
+    monkeypatch.delenv("SPECSCOPE_CALIBRATE")
+    assert calibrates(EngineOptions()) and not calibrates(EngineOptions(calibrate=False))

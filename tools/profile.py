@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from engine import kvcache
+from engine.calibration import is_calibration
 from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts, saved_table_path
 from engine.device import clock, device_name
 from engine.floors import Floors, measure_floors, model_floors
@@ -267,8 +268,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     """Handler of `specscope profile`: loads the engine, measures, saves, prints the summary."""
-    if engine is None:
-        engine = load_engine(EngineOptions.from_args(args))
+    if engine is None:  # no first-load calibration: the table it would price trees with is being measured
+        engine = load_engine(EngineOptions(**{"calibrate": False, **EngineOptions.given_in(args)}))
     draft = None if args.no_draft else engine.draft_lm
     grid = grid_from_args(args, engine.target.device.type)
     table = profile(engine.target, draft, grid)
@@ -289,7 +290,10 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
 
 
 def _keep_recorded_default(old: CostTable, new: CostTable) -> None:
-    """A re-measured table keeps the default policy a bench recorded in the one it replaces."""
+    """A re-measured table keeps the default policy a bench recorded in the one it replaces; a first-load
+    calibration's is dropped (it priced trees with the old costs), so the next load measures again."""
+    if is_calibration(old.meta):
+        return
     for key in (FASTEST, FASTEST_EVIDENCE):
         if key in old.meta:
             new.meta[key] = old.meta[key]

@@ -1,0 +1,77 @@
+"""The default policy of a machine nobody has benchmarked yet, measured on its first load.
+
+A request without a policy gets the engine's default: the policy `specscope
+bench --record-default` measured fastest here, recorded with the cost table.
+On a fresh machine there is no such record, and no fixed choice is safe: a
+60-node tree wins on a GPU and loses to plain decoding on a 2-core CPU. So
+`load_engine` (engine/loading.py) measures one before it serves anything:
+every policy at its defaults, `ar` included, on a few short prompts, prompt by
+prompt interleaved (a burst of load lands on all), greedy, through the same
+engine, drafter and cost table a request would use. The fastest by total tokens
+per second becomes the default, recorded with its evidence in the cost table
+file, so it happens once per device, model and dtype. Since `ar` is a
+candidate, the default is never slower than plain decoding, as measured here.
+
+The prompts are our own, written for this purpose, and are no benchmark's:
+a calibration must not tune on what a bench will measure. A benchmark's
+`--record-default` replaces the calibration's choice with better evidence,
+and `specscope profile` drops it (the costs it was measured with changed), so
+the next load measures again.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from engine.costs import FASTEST, FASTEST_EVIDENCE, record_fastest
+from engine.policies import POLICIES
+from engine.request import GenerationRequest
+
+SOURCE = "a first-load calibration"  # the evidence's `source`: what fastest_policy_note names
+PROMPTS = (
+    "Explain in a few sentences why the sky is blue.",
+    "Write a short email asking a colleague to move our meeting to Friday.",
+    "List five tips for keeping a vegetable garden healthy.",
+    "What is the difference between a list and a tuple in Python?",
+)
+NEW_TOKENS = 48
+
+Progress = Callable[[int, int, str], None]  # (done, total, what) after each run
+
+
+def needs_calibration(engine) -> bool:
+    """Whether nothing recorded a default for this engine's device, model and dtype."""
+    return engine.costs.meta.get(FASTEST) not in POLICIES
+
+
+def calibrate(engine, progress: Progress | None = None) -> str:
+    """Runs every policy on PROMPTS (NEW_TOKENS each), records the fastest in the engine's cost table as
+    the default with its evidence, and returns it. The caller saves the table."""
+    names = list(POLICIES)  # ar first
+    tokens = dict.fromkeys(names, 0)
+    seconds = dict.fromkeys(names, 0.0)
+    total, done = len(PROMPTS) * len(names), 0
+    for name in names:  # warm-up: every policy's first run builds its drafter and touches its weights
+        engine.run(GenerationRequest(prompt=PROMPTS[0], policy=name, max_new_tokens=8), detail=False)
+    for prompt in PROMPTS:
+        for name in names:
+            result = engine.run(GenerationRequest(prompt=prompt, policy=name, max_new_tokens=NEW_TOKENS), detail=False)
+            tokens[name] += result.new_tokens
+            seconds[name] += result.wall_s
+            done += 1
+            if progress:
+                progress(done, total, name)
+    speed = {name: tokens[name] / seconds[name] for name in names if seconds[name] > 0}
+    best = max(speed, key=speed.get)
+    record_fastest(engine.costs, best, {
+        "speedup_vs_ar": {name: round(speed[name] / speed["ar"], 3) for name in speed},
+        "prompts": len(PROMPTS), "source": SOURCE, "max_new_tokens": NEW_TOKENS,
+        "drafter": engine.default_drafter, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    })
+    return best
+
+
+def is_calibration(meta: dict) -> bool:
+    """Whether a table's recorded default came from a calibration rather than a benchmark."""
+    return (meta.get(FASTEST_EVIDENCE) or {}).get("source") == SOURCE
