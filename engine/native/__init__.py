@@ -221,6 +221,8 @@ class NativeForward:
         self.lm = lm
         self.max_tokens = self.library.native_max_tokens()
         self.pairs: list[torch.Tensor] | None = None  # the weights paired, for the dot-product path
+        # AMX tiles take 16 output rows at a time: an output head of another size is paired on that path too
+        self.lm_head_pairs = pair_rows(lm.lm_head) if lm.lm_head.shape[0] % 16 else None
         self.timings = None  # a ctypes double[4] to add each stage's seconds into (glue, products, attention, output)
         if not self.library.native_amx_active():  # the path this CPU takes: pair now, not in the first forward
             self._pair_weights()
@@ -234,7 +236,8 @@ class NativeForward:
                 pairs = pair_rows(getattr(layer, name))
                 self.pairs.append(pairs)
                 setattr(weights, f"{name}_pairs", pairs.data_ptr())
-        self.pairs.append(pair_rows(lm.lm_head))
+        if self.lm_head_pairs is None:
+            self.lm_head_pairs = pair_rows(lm.lm_head)
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
                  feature_layers: list[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -263,7 +266,7 @@ class NativeForward:
                        torch.get_num_threads(),
                        _address(positions), _address(lm.cos), _address(lm.sin_signed), _address(lm.kv),
                        _address(mask), ctypes.addressof(self.layers), _address(lm.norm), _address(lm.lm_head),
-                       self.pairs[-1].data_ptr() if self.pairs else None, _address(x), *(_address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected",
+                       _address(self.lm_head_pairs), _address(x), *(_address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected",
                                                                       "gate_up", "mlp")),
                        _address(logits), _address(features), _address(feature_slot), self.timings)
         code = self.library.forward(ctypes.byref(call))
@@ -286,8 +289,8 @@ class KernelLinear(nn.Module):
     def _paired(self) -> int | None:
         """The address of the weight paired for the dot-product path (None on the AMX path), made again
         whenever the weight has changed in place since."""
-        if self.library.native_amx_active():
-            return None
+        if self.library.native_amx_active() and self.out_features % 16 == 0:
+            return None  # AMX tiles read the weight as it lies
         version = self.weight._version
         if self._pairs is None or self._pairs[0] != version:
             self._pairs = (version, pair_rows(self.weight.detach()))
@@ -354,12 +357,13 @@ class NativeHead:
                         "down": down.contiguous(), "lm_head": lm_head.contiguous()}
         norms = (layer.input_layernorm, layer.hidden_norm, layer.post_attention_layernorm, head.norm)
         self.norms = [n.weight.detach().contiguous() for n in norms]
-        pairs = {} if self.library.native_amx_active() else {name: pair_rows(w) for name, w in self.weights.items()}
+        amx = self.library.native_amx_active()
+        pairs = {name: pair_rows(w) for name, w in self.weights.items() if not amx or w.shape[0] % 16}
         self.pairs = pairs
         w = self.weights
         self.layer = LayerWeights(*(_address(t) for t in (w["qkv"], w["o"], w["gate_up"], w["down"], self.norms[0],
                                                           self.norms[2])),
-                                  *(pairs[name].data_ptr() if pairs else None for name in ("qkv", "o", "gate_up", "down")))
+                                  *(_address(pairs.get(name)) for name in ("qkv", "o", "gate_up", "down")))
         self._version = self._versions()
 
     def _versions(self) -> tuple:
@@ -394,7 +398,7 @@ class NativeHead:
                         _address(positions), _address(cos), _address(sin_signed), _address(kv), _address(mask),
                         ctypes.addressof(self.layer), _address(self.norms[1]), _address(self.norms[3]),
                         _address(self.weights["lm_head"]),
-                        self.pairs["lm_head"].data_ptr() if self.pairs else None, _address(embeds), _address(state),
+                        _address(self.pairs.get("lm_head")), _address(embeds), _address(state),
                         scratch[0].data_ptr(), out.data_ptr(), *(t.data_ptr() for t in scratch[1:]), logits.data_ptr())
         code = self.library.head_step(ctypes.byref(call))
         if code:

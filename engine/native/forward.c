@@ -304,7 +304,7 @@ int linear(const bf16 *x, int n, int K, const bf16 *W, const uint32_t *Wp, int R
     if (K % 32 || R % 4 || n < 1) return NATIVE_BAD_DIMS;
     uint32_t *packed = pairs_scratch(K);
     if (packed == NULL && native_amx_active()) return NATIVE_NO_MEMORY;
-    if (packed == NULL && Wp == NULL) return NATIVE_NO_PAIRS;
+    if ((packed == NULL || R % 16) && Wp == NULL) return NATIVE_NO_PAIRS; /* AMX tiles take 16 rows at a time */
 #pragma omp parallel num_threads(threads)
     {
 #ifdef __AMX_BF16__
@@ -545,6 +545,7 @@ static int check(const Forward *f) {
         if (f->positions[t] < 0 || f->positions[t] >= f->capacity) return NATIVE_BAD_POSITION;
     if (f->masked_columns < 0 || f->masked_columns > f->start + f->n || (f->masked_columns > 0) != (f->mask != NULL))
         return NATIVE_BAD_MASK;
+    if (native_amx_active() && D->vocab % 16 && f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS; /* tiles: 16 rows */
     if (!native_amx_active()) {
         if (f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS;
         for (int l = 0; l < D->layers; l++) {
