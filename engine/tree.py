@@ -99,17 +99,12 @@ def ancestor_matrix(parent: list[int]) -> torch.Tensor:
     >>> ancestor_matrix([-1, 0, 0, 1]).int().tolist()
     [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]
     """
-    n = len(parent)
-    parents = torch.tensor(parent, dtype=torch.long)  # [T]
-    assert n == 0 or (parents[0] == -1 and (parents[1:] >= 0).all() and (parents[1:] < torch.arange(1, n)).all()), \
-        "parents must come before their children"
-    mask = torch.eye(n, dtype=torch.bool)
-    rows = torch.arange(n)
-    ancestor = parents.clone()
-    while (ancestor >= 0).any():  # one hop up per round: as many rounds as the tree is deep
-        live = ancestor >= 0
-        mask[rows[live], ancestor[live]] = True
-        ancestor[live] = parents[ancestor[live]]
+    lines: list[list[int]] = []  # each node's ancestors and itself, root first
+    for i, p in enumerate(parent):
+        assert (i == 0) == (p == -1) and p < i, "parents must come before their children"
+        lines.append((lines[p] if p >= 0 else []) + [i])
+    mask = torch.zeros(len(parent), len(parent), dtype=torch.bool)
+    mask[[i for i, line in enumerate(lines) for _ in line], [j for line in lines for j in line]] = True
     return mask
 
 
