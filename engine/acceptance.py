@@ -87,8 +87,12 @@ class Acceptance:
     @property
     def verdicts(self) -> dict[int, str]:
         """Tree index -> "accepted" / "rejected" for every evaluated draft node."""
-        return {check.child: "accepted" if check.accepted else "rejected"
-                for visit in self.visits for check in visit.checks}
+        return verdicts_of(self.visits)
+
+
+def verdicts_of(visits: list[Visit]) -> dict[int, str]:
+    """Tree index -> "accepted" / "rejected" for every child tried at these visits."""
+    return {check.child: "accepted" if check.accepted else "rejected" for visit in visits for check in visit.checks}
 
 
 def children_lists(tree: DraftTree) -> list[list[int]]:

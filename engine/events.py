@@ -13,13 +13,18 @@ Glossary (used the same way in Python, JSON and CSS):
                sampling: a draw from the residual norm(max(0, p - q)))
     bonus      the target's token after a fully accepted path ending in a leaf
     step       one draft-then-verify cycle; it emits accepted tokens plus one recovered or bonus
+               (none where the text ends at an accepted draft)
     τ (tau)    mean tokens emitted per step (accepted + 1)
     δ (delta)  mean draft forwards per step
     c          mean draft forward time over mean verify forward time
 
 Schema version 2 added the acceptance walk to `verify` (what the sampling
 panel draws) and the cost table's summary to `run_started`; both are optional,
-so version-1 traces read unchanged.
+so version-1 traces read unchanged. Version 3 reports a step only as far as
+its text goes: where the text ends at an accepted draft (the first EOS, or
+max_new_tokens), `accepted_path` and `walk` stop at that node, nodes past it
+are unreached, and `emitted` is null, since no recovered or bonus token
+follows; earlier traces read unchanged.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from engine.timing import Timings
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 Reason = Literal["topk", "threshold", "below_threshold", "budget", "depth_limit", "rerank", "cost",
                  "match"]  # match: a model-free match followed past the policy's draft budget (chain past γ)
@@ -172,8 +177,8 @@ class Verification(_Event):
     type: Literal["verify"] = "verify"
     step: int
     nodes: list[NodeVerdict]
-    emitted: EmittedToken
-    accepted_path: list[int]  # tree indices from the root, root included
+    emitted: EmittedToken | None  # None where the text ended at an accepted draft (version 3)
+    accepted_path: list[int]  # tree indices from the root, root included, up to the last token emitted
     walk: list[WalkNode] | None = None  # absent in version-1 traces
 
 

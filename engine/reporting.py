@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from engine.acceptance import Acceptance, Visit
+from engine.acceptance import Acceptance, Visit, verdicts_of
 from engine.codec import Codec
 from engine.drafting import Draft
 from engine.events import (Candidate, Check, CostsSummary, DraftLayer, DraftTreeDone, EmittedToken, NodeVerdict,
@@ -45,6 +45,16 @@ class VerifiedStep:
     def accepted_kept(self) -> int:
         """Accepted drafts among the kept tokens (a cut at EOS or max-new-tokens may drop some)."""
         return min(len(self.accepted.path) - 1, len(self.kept))
+
+    @property
+    def path_kept(self) -> list[int]:
+        """The accepted path as far as the text goes: the root and the accepted drafts kept."""
+        return self.accepted.path[:self.accepted_kept + 1]
+
+    @property
+    def emitted_kept(self) -> bool:
+        """Whether the recovered or bonus token is in the output: a cut at an accepted draft falls before it."""
+        return len(self.kept) == len(self.accepted.path)
 
 
 class RunReporter:
@@ -128,14 +138,22 @@ class RunReporter:
                          threshold=decision.threshold, node=node, detail=decision.detail)
 
     def _verdicts(self, result: VerifiedStep) -> dict[str, Any]:
-        tree, accepted = result.tree, result.accepted
-        verdicts = accepted.verdicts
-        nodes = [NodeVerdict(node=i, token=tree.token[i], p=accepted.p_of_node.get(i), q=tree.q[i],
-                             verdict=verdicts.get(i, "unreached")) for i in range(1, len(tree))]
-        emitted = EmittedToken(parent=accepted.path[-1], token=accepted.token,
-                               text=self.codec.token_text(accepted.token), p=accepted.token_p, kind=accepted.kind)
-        walk = [self._walk_node(result, visit) for visit in accepted.visits]
-        return {"nodes": nodes, "emitted": emitted, "accepted_path": accepted.path, "walk": walk}
+        """The walk as far as the text goes. Where the text ends at an accepted draft (EOS, or max-new-tokens),
+        the walk is reported up to that node and stops there: nodes past it are unreached and no recovered or
+        bonus token is emitted, so the event says what step_metrics and the output say."""
+        tree, accepted, path = result.tree, result.accepted, result.path_kept
+        visits = accepted.visits[:len(path)]
+        if not result.emitted_kept:
+            visits = visits[:-1] + [Visit(path[-1])]  # the end of the text: no child tried, nothing drawn
+        verdicts = verdicts_of(visits)
+        nodes = [NodeVerdict(node=i, token=tree.token[i], p=accepted.p_of_node.get(i) if i in verdicts else None,
+                             q=tree.q[i], verdict=verdicts.get(i, "unreached")) for i in range(1, len(tree))]
+        emitted = None
+        if result.emitted_kept:
+            emitted = EmittedToken(parent=path[-1], token=accepted.token, text=self.codec.token_text(accepted.token),
+                                   p=accepted.token_p, kind=accepted.kind)
+        walk = [self._walk_node(result, visit) for visit in visits]
+        return {"nodes": nodes, "emitted": emitted, "accepted_path": path, "walk": walk}
 
     def _walk_node(self, result: VerifiedStep, visit: Visit) -> WalkNode:
         tree = result.tree

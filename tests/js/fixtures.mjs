@@ -1,5 +1,6 @@
 // Hand-written runs for the pure modules' tests, in the engine's event schema (version 2: verify events
-// carry the acceptance walk). Small enough to check every number by hand.
+// carry the acceptance walk; version 3: a step is reported as far as its text goes). Small enough to check
+// every number by hand.
 
 const header = { schema_version: 2, run_id: "t1", policy: "talon" };
 
@@ -109,6 +110,57 @@ export const sampledRun = [
   { ...sampledHeader, type: "text", step: 1, tokens: [201, 203], text: "uw", accepted: 1 },
   { ...sampledHeader, type: "step_metrics", step: 1, accepted: 1, emitted: 2, tree_size: 2, depth: 2, width: 1,
     draft_forwards: 2, draft_ms: 2, draft_forward_ms: 2, verify_ms: 5, other_ms: 1, new_tokens: 2 },
+];
+
+// A talon step whose text ends at an accepted draft (schema 3): root "x" -> a(1), " b"(2); a -> ⟨end⟩(3) -> c(4).
+// The target takes a, rejects b, takes the end of turn; the run stops there, so the event reports the walk up
+// to node 3 and no further: c is unreached (though the target would have taken it) and nothing is emitted.
+const endedHeader = { schema_version: 3, run_id: "e1", policy: "talon" };
+export const endedRun = [
+  { ...endedHeader, type: "run_started", prompt: "p", prompt_tokens: 10, params: { budget: 60, top_k: 10, mu: 0.03 },
+    drafter: "head", target: "t", draft: "d", device: "cpu", dtype: "float32", seed: 0, temperature: 0,
+    top_k: 0, top_p: 1, max_new_tokens: 8 },
+  { ...endedHeader, type: "draft_layer", step: 1, depth: 1, threshold: null, anchor: null, candidates: [
+    candidate(0, 97, "a", 1, 0.6, true, 1, "topk"),
+    candidate(0, 98, " b", 1, 0.3, true, 2, "topk"),
+  ] },
+  { ...endedHeader, type: "draft_layer", step: 1, depth: 2, threshold: 0.015, anchor: 0.5, candidates: [
+    candidate(1, 2, "<|im_end|>", 2, 0.5, true, 3, "threshold", { threshold: 0.015 }),
+  ] },
+  { ...endedHeader, type: "draft_layer", step: 1, depth: 3, threshold: 0.012, anchor: 0.4, candidates: [
+    candidate(3, 99, "c", 3, 0.4, true, 4, "threshold", { threshold: 0.012 }),
+  ] },
+  { ...endedHeader, type: "tree", step: 1, pruned: [], nodes: [
+    { node: 0, origin: 0, parent: -1, token: 42, text: "x", depth: 0, q: 1, score: 1, source: "root" },
+    { node: 1, origin: 1, parent: 0, token: 97, text: "a", depth: 1, q: 0.6, score: 0.6, source: "head" },
+    { node: 2, origin: 2, parent: 0, token: 98, text: " b", depth: 1, q: 0.3, score: 0.3, source: "head" },
+    { node: 3, origin: 3, parent: 1, token: 2, text: "<|im_end|>", depth: 2, q: 0.5, score: 0.5, source: "head" },
+    { node: 4, origin: 4, parent: 3, token: 99, text: "c", depth: 3, q: 0.4, score: 0.4, source: "head" },
+  ] },
+  { ...endedHeader, type: "verify", step: 1, accepted_path: [0, 1, 3],
+    nodes: [
+      { node: 1, token: 97, p: 0.7, q: 0.6, verdict: "accepted" },
+      { node: 2, token: 98, p: 0.1, q: 0.3, verdict: "rejected" },
+      { node: 3, token: 2, p: 0.9, q: 0.5, verdict: "accepted" },
+      { node: 4, token: 99, p: null, q: 0.4, verdict: "unreached" },
+    ],
+    emitted: null,
+    walk: [
+      { node: 0, top: [odds(97, "a", 0.7, 0.6), odds(98, " b", 0.1, 0.3)],
+        checks: [{ child: 1, token: 97, rule: "greedy", p: 0.7, q: 0.6, ratio: 1, u: null, accepted: true },
+                 { child: 2, token: 98, rule: "greedy", p: 0.1, q: 0.3, ratio: 0, u: null, accepted: false }],
+        residual_top: null, drawn: null },
+      { node: 1, top: [odds(2, "<|im_end|>", 0.9, 0.5)],
+        checks: [{ child: 3, token: 2, rule: "greedy", p: 0.9, q: 0.5, ratio: 1, u: null, accepted: true }],
+        residual_top: null, drawn: null },
+      { node: 3, top: [odds(99, "c", 0.6, 0.4)], checks: [], residual_top: null, drawn: null },
+    ] },
+  { ...endedHeader, type: "text", step: 1, tokens: [97, 2], text: "a", accepted: 2 },
+  { ...endedHeader, type: "step_metrics", step: 1, accepted: 2, emitted: 2, tree_size: 4, depth: 3, width: 2,
+    draft_forwards: 3, draft_ms: 4, draft_forward_ms: 3, verify_ms: 10, other_ms: 1, new_tokens: 2 },
+  { ...endedHeader, type: "run_finished", text: "a", tokens: [97, 2], new_tokens: 2, steps: 1, tau: 2, delta: 3,
+    c: 0.1, tokens_per_s: 130, wall_s: 0.015, draft_ms: 4, draft_forward_ms: 3, verify_ms: 10, other_ms: 1,
+    stop_reason: "eos" },
 ];
 
 // Plain decoding: no draft, a root-only verify per step.

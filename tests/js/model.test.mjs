@@ -7,7 +7,7 @@ import {
 } from "../../static/js/model/events.js";
 import { shadeClass, tokenLabel } from "../../static/js/model/format.js";
 import { decodeSetup, encodeSetup, paramControls } from "../../static/js/model/setup.js";
-import { rerankStep as stepEvents } from "./fixtures.mjs";
+import { endedRun, rerankStep as stepEvents } from "./fixtures.mjs";
 
 test("tokenLabel_makes_whitespace_visible", () => {
   assert.equal(tokenLabel(" the\n"), "␣the↵");
@@ -27,6 +27,15 @@ test("fold_maps_verify_verdicts_through_the_rerank_to_pre_rerank_nodes", () => {
   assert.equal(step.nodes.get("emitted").status, "recovered");
   assert.equal(step.nodes.get("emitted").parent, "n1");
   assert.equal(step.nodes.get("n0").text, "x");
+});
+
+test("fold_of_a_step_that_ends_the_text_has_no_emitted_token_and_nothing_accepted_past_the_end", () => {
+  const step = foldEvents(endedRun).steps[0];
+  assert.equal(step.nodes.has("emitted"), false);
+  assert.equal(step.emitted, null);
+  assert.deepEqual(step.acceptedPath, ["n0", "n1", "n3"]);
+  assert.deepEqual(["n1", "n2", "n3", "n4"].map((id) => step.nodes.get(id).status), ["accepted", "rejected", "accepted", "kept"]);
+  assert.equal(step.nodes.get("n4").verdict, "unreached");
 });
 
 test("fold_matches_tree_positions_by_token_when_a_schema_1_tree_has_no_origin", () => {

@@ -4,7 +4,7 @@ import { test } from "node:test";
 
 import { narrate, prefixLength, sig } from "../../static/js/model/narration.js";
 import { foldPhase, phasesOf } from "../../static/js/model/phases.js";
-import { arRun, candidate, sampledRun, talonRun } from "./fixtures.mjs";
+import { arRun, candidate, endedRun, sampledRun, talonRun } from "./fixtures.mjs";
 
 const captions = (events) => phasesOf(events).map((phase) => narrate(events, phase, foldPhase(events, phase)));
 
@@ -43,6 +43,18 @@ test("commit_counts_the_cache_rows_kept_and_dropped", () => {
   const last = captions(talonRun).at(-1);
   assert.match(last.text, /keeps the root and the 1 accepted position and drops 0: 11 \+ 2 rows after verify, 13 after/,
                "the last commit, which also folds run_finished, still finds its step's events");
+});
+
+test("a_step_that_ends_the_text_says_so_and_draws_no_recovered_or_bonus_token", () => {
+  const all = captions(endedRun);
+  const accept = all.filter((c) => c.title.includes("accept"));
+  assert.equal(accept.length, 3, "the walk stops at the end of turn: root, “a”, “⟨end⟩”");
+  assert.match(accept[1].text, /After “a” the target's own choice is “⟨end⟩” \(p = 0\.9\), which is drafted: accepted ✓\./);
+  assert.match(accept[2].text, /The text ends at “⟨end⟩”: generation stops there, so nothing drafted after it is emitted/);
+  const commit = all.at(-1);
+  assert.match(commit.text, /keeps the root and the 2 accepted positions and drops 2/);
+  assert.match(commit.text, /The step emits 2 accepted drafts; the text ends at “⟨end⟩”, so no recovered or bonus token follows\./);
+  assert.doesNotMatch(all.map((c) => c.text).join(" "), /bonus ★|recovered ↺|accepted \+/);
 });
 
 test("a_sampled_walk_names_p_q_the_ratio_u_and_the_residual_draw", () => {

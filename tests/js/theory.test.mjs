@@ -8,7 +8,7 @@ import {
   acceptanceRate, ancestorMatrix, ancestorsOf, attentionMask, formulaNumbers, kvCache, leviathanTau, positionIds,
   predictedSpeedup, summaryCost, verifiedTree, verifyCost, walkStep,
 } from "../../static/js/model/theory.js";
-import { arRun, sampledRun, talonRun } from "./fixtures.mjs";
+import { arRun, endedRun, sampledRun, talonRun } from "./fixtures.mjs";
 
 test("mask_and_positions_match_engine_tree_doctests", () => {
   assert.deepEqual(ancestorMatrix([-1, 0, 0, 1]), [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]);
@@ -42,6 +42,17 @@ test("the_walk_gives_p_q_u_ratio_and_the_residual_draw_of_each_visited_node", ()
   assert.deepEqual(last.residual.map((t) => t.text), ["w", "y"]);
   assert.equal(last.emitted.text, "w");
   assert.equal(last.drawn, 203);
+});
+
+test("a_walk_that_ends_the_text_stops_at_its_last_accepted_draft_and_draws_nothing", () => {
+  const verify = endedRun.find((e) => e.type === "verify");
+  const before = walkStep(verify, 2);
+  assert.deepEqual([before.node, before.ended, before.emitted], [1, false, null]);
+  const end = walkStep(verify, 3);
+  assert.deepEqual([end.node, end.checks, end.residual, end.drawn, end.emitted, end.ended], [3, [], null, null, null, true]);
+  const cache = kvCache(endedRun, phasesOf(endedRun).find((p) => p.name === "commit"), 9);
+  assert.deepEqual(cache.rows.map((r) => r.fate), ["kept", "kept", "dropped", "kept", "dropped"]);
+  assert.equal(acceptanceRate(endedRun), 1, "2 accepted, and no rejection ends the walk");
 });
 
 test("a_version_1_walk_falls_back_to_the_tried_children_of_the_visited_node", () => {

@@ -58,7 +58,7 @@ const HANDLERS = {
     step.phase = "verify";
     for (const verdict of event.nodes) applyVerdict(step, verdict);
     step.acceptedPath = event.accepted_path.map((post) => step.postToId[post]).filter(Boolean);
-    addEmitted(step, event.emitted);
+    if (event.emitted) addEmitted(step, event.emitted); // none where the text ended at an accepted draft
   },
   text(run, event) {
     const step = stepOf(run, event.step);

@@ -257,6 +257,8 @@ function acceptText(context) {
     } else if (checks.length) {
       parts.push(`After ${at} the target prefers ${quote(emitted.text)} (p = ${sig(emitted.p)}), which no child offers: ` +
         `${rejected === 1 ? "the drafted child is" : `the ${rejected} drafted children are`} rejected ✗ and ${quote(emitted.text)} is the recovered token ↺.`);
+    } else if (!emitted) {
+      parts.push(endsText(at));
     } else {
       parts.push(context.policy === "ar"
         ? `The target's choice after ${at} is ${quote(emitted.text)} (p = ${sig(emitted.p)}).`
@@ -267,7 +269,9 @@ function acceptText(context) {
   }
   const tried = checks.map((check, i) => sampledCheck(step, check, i === 0 ? `At ${at}, the` : "Then the"));
   parts.push(...tried);
-  if (last) {
+  if (last && !emitted) {
+    parts.push(endsText(at));
+  } else if (last) {
     const left = entry?.residual_top?.find((t) => t.token === emitted.token);
     parts.push(emitted.kind === "bonus"
       ? `${at} ends its path, so the bonus token ${quote(emitted.text)} ★ is drawn from the target's p (p = ${sig(emitted.p)}).`
@@ -276,6 +280,11 @@ function acceptText(context) {
         "The output stays distributed exactly as the target's.");
   }
   return parts.join(" ");
+}
+
+/** The walk's last node where the text ends at an accepted draft (EOS, or max_new_tokens): nothing follows it. */
+function endsText(at) {
+  return `The text ends at ${at}: generation stops there, so nothing drafted after it is emitted and no recovered or bonus token is drawn.`;
 }
 
 function textOf(step, check) {
@@ -328,6 +337,10 @@ function commitText(context) {
     const tokens = accepted ? `${accepted} accepted + ${quote(emitted.text)} ${emitted.kind === "bonus" ? "as the bonus ★" : "recovered ↺"}`
       : quote(emitted.text);
     parts.push(`The step emits ${plural(text.tokens.length, "token")}: ${tokens}.`);
+  } else if (text && verify) {
+    const end = context.step.nodes.get(context.step.postToId[verify.accepted_path[verify.accepted_path.length - 1]]);
+    parts.push(`The step emits ${plural(text.tokens.length, "accepted draft")}; the text ends at ${quote(end?.text)}, ` +
+      "so no recovered or bonus token follows.");
   }
   const adjustments = events.slice(0, phase.end).filter((e) => e.type === "policy_adjusted" && e.step === phase.step);
   for (const a of adjustments) {

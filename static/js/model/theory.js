@@ -75,7 +75,8 @@ export function kvCache(events, phase, prefixLen) {
  * What the sampling panel shows at an accept phase: the node the walk stands on, the target's p and
  * the draft's q over the top tokens, each child tried (rule, ratio, u, outcome), and on rejection of
  * all, the residual and the token drawn. From the verify event's `walk` (schema 2); a version-1
- * event gives the tried children's p and q only (`partial`).
+ * event gives the tried children's p and q only (`partial`). `ended`: the text ends at this node
+ * (EOS or max_new_tokens at an accepted draft, schema 3), so nothing is tried or drawn after it.
  */
 export function walkStep(verify, walked, parent = null) {
   const walk = walkNodes(verify);
@@ -83,16 +84,18 @@ export function walkStep(verify, walked, parent = null) {
   const post = walk[index];
   const last = index === walk.length - 1;
   const entry = verify.walk?.[index];
+  const emitted = last ? verify.emitted ?? null : null;
+  const ended = last && !verify.emitted;
   if (entry) {
     return { node: post, top: entry.top, checks: entry.checks, residual: entry.residual_top ?? null,
-             drawn: entry.drawn ?? null, emitted: last ? verify.emitted : null, partial: false };
+             drawn: entry.drawn ?? null, emitted, ended, partial: false };
   }
   // Version 1: the children of the walked node that acceptance tried, best q first as it tries them.
   const children = verify.nodes.filter((v) => v.verdict !== "unreached" && (parent == null || parent[v.node] === post))
     .sort((a, b) => b.q - a.q);
   return { node: post, top: null, checks: children.map((v) => ({ child: v.node, token: v.token, rule: null, p: v.p, q: v.q,
                                                                    ratio: null, u: null, accepted: v.verdict === "accepted" })),
-           residual: null, drawn: last ? verify.emitted.token : null, emitted: last ? verify.emitted : null, partial: true };
+           residual: null, drawn: emitted?.token ?? null, emitted, ended, partial: true };
 }
 
 // ---------------------------------------------------------------- formulas
@@ -108,7 +111,7 @@ export function acceptanceRate(events) {
   for (const event of events) {
     if (event.type !== "verify" || !event.nodes.length) continue;
     accepted += event.accepted_path.length - 1;
-    if (event.emitted.kind === "recovered") stops += 1;
+    if (event.emitted?.kind === "recovered") stops += 1;
   }
   return accepted + stops ? accepted / (accepted + stops) : null;
 }

@@ -161,6 +161,7 @@ export function renderSampling(box, walk, { nodeText, temperature, textOf }) {
   const parts = [el("h4", {}, `at ${quote(nodeText)}`)];
   if (walk.top) parts.push(bars("target p and draft q", walk.top, { pq: true }));
   if (walk.checks.length) parts.push(checksTable(walk.checks, textOf));
+  else if (walk.ended) parts.push(el("p", { class: "panel-note" }, "The text ends at this node: nothing after it is emitted, and no token is drawn."));
   else parts.push(el("p", { class: "panel-note" }, "No drafted child here: the path ends at this node."));
   if (walk.residual) parts.push(bars("residual norm(max(0, p − q))", walk.residual.map((t) => ({ ...t, q: null })), { residual: true }));
   if (walk.emitted) {
