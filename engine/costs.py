@@ -67,6 +67,9 @@ class CostTable:
     draft: ModelCosts | None = None
     context_step: int = 128
     meta: dict[str, Any] = field(default_factory=dict)
+    # Lookups' derived rows, made once: a policy prices thousands of candidates a run. Keyed by the source
+    # object's id and holding it, so a row replaced by a new list (not edited in place) is derived again.
+    _derived: dict[tuple[str, int], tuple[Any, Any]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -82,7 +85,15 @@ class CostTable:
             return 0.0
         costs = self.target if model == "target" else self.draft_costs()
         row = costs.ms[_bucket(self.batches, batch)][_bucket(self.contexts, context)]
-        return _step_up(self.ns, _non_decreasing(row), n)
+        return _step_up(self.ns, self._once("monotone", row, _non_decreasing), n)
+
+    def _once(self, kind: str, source: Any, derive: Any) -> Any:
+        """derive(source), computed once per source object."""
+        key = (kind, id(source))
+        entry = self._derived.get(key)
+        if entry is None or entry[0] is not source:
+            entry = self._derived[key] = (source, derive(source))
+        return entry[1]
 
     def draft_cost(self, n: float, context: int, batch: int = 1) -> float:
         return self.cost(n, context, batch, model="draft")
@@ -100,8 +111,8 @@ class CostTable:
         if self.draft is not None:
             return self.draft
         ratio = float(self.meta.get("assumed_draft_ratio", 0.1))
-        ms = [[[ratio * ms for ms in row] for row in grid] for grid in self.target.ms]
-        return ModelCosts(name="assumed", ms=ms, source="assumed")
+        return self._once(f"assumed draft {ratio}", self.target.ms, lambda grids: ModelCosts(
+            name="assumed", ms=[[[ratio * ms for ms in row] for row in grid] for grid in grids], source="assumed"))
 
     @property
     def n_grid(self) -> str:
