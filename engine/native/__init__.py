@@ -10,9 +10,12 @@ torch has already loaded, so its threads are torch's threads.
 `NativeForward` holds the pointers of one `FastLM`'s weights and runs its
 forward of up to `native_max_tokens()` (256) tokens a call: see forward.c for
 what it computes and how it rounds. Where AMX is not active the products read
-the weights paired (`pair_rows`), one copy made on first use. `KernelLinear`
-puts the kernel's product under a bfloat16 `nn.Linear` (the EAGLE-3 head's):
-`use_kernel_linears(module)` swaps them in where it can.
+the weights paired (`pair_rows`): one copy, made at load where this CPU takes
+that path (on first use where a test switches to it). `KernelLinear`
+puts the kernel's product under a bfloat16 `nn.Linear` (the EAGLE-3 head's
+fusion of the target's features): `use_kernel_linears(module)` swaps them in
+where it can. `NativeHead` runs a whole draft forward of the EAGLE-3 head in
+one call (`head_step`). Every call returns 0 or a code `REFUSALS` says in words.
 """
 
 from __future__ import annotations

@@ -5,8 +5,11 @@
  * exists: torch's bfloat16 matrix-vector product streams a layer's small weights (0.7–3.5 MB) at
  * half the read bandwidth, and the ~60 small ops a layer needs around its products cost as much
  * again in dispatch (docs/fastpath.md). Here the products are AMX tile products that read each
- * weight once per 64 tokens (AVX512-BF16 dot products where the CPU has no AMX), the glue runs in
- * place, and the whole forward is one OpenMP parallel region with a barrier between stages.
+ * weight once per 64 tokens (where the CPU has no AMX, AVX512-BF16 dot products over weights paired
+ * once at load, 6 tokens per pass over a block of 64 rows), the glue runs in place, and the whole
+ * forward is one OpenMP parallel region with a barrier between stages. `head_step` runs an EAGLE-3
+ * draft head's forward with the same layer code. Both take up to MAX_TOKENS new tokens a call and
+ * check what they are asked at the boundary (an error code, never a write out of bounds).
  *
  * Rounding follows Hugging Face's bfloat16 forward: every op's result is rounded to bfloat16 where
  * torch would round it (products, norms, RoPE's two products and their sum, the residual adds,
