@@ -80,10 +80,19 @@ def test_a_move_that_costs_throughput_is_undone_and_turned_around():
 
 
 def test_a_move_that_holds_throughput_is_kept_and_continued():
-    policy = make(GPU_LIKE, budget=60)
-    [grow] = feed(policy, outcome(60, 5, 2), 4)
+    policy = make(GPU_LIKE, budget=8)  # far below the bound: the first move cannot reach it
+    [grow] = feed(policy, outcome(8, 5, 2), 4)
     [again] = feed(policy, outcome(grow.new, 5, 3), 4)
     assert again.param == "budget" and again.old == grow.new and again.new > grow.new
+
+
+def test_a_budget_move_goes_as_far_as_the_cost_table_predicts_a_gain_not_one_factor():
+    """On costs where every verified token costs, 60-node trees shrink in one window to what pays (one
+    halving per window spent most of a short request on trees too wide to pay)."""
+    policy = make(CPU_LIKE, budget=60)
+    [shrink] = feed(policy, outcome(60, 5, 2), 4)
+    assert shrink.param == "budget" and shrink.new < 60 / 2
+    assert shrink.new >= policy.params.budget_min
 
 
 @pytest.mark.parametrize("accepted, up", [(4, True), (1, False)])
