@@ -245,6 +245,8 @@ class FastLM:
             self.length = start + b
             logits.append(part)
             features.append(seen)
+        if len(logits) == 1:  # every decode and verify step: nothing to join
+            return ForwardOutput(logits=logits[0].float(), hidden=tuple(features[0]))
         hidden = tuple(torch.cat([f[i] for f in features]) for i in range(len(wanted)))
         return ForwardOutput(logits=torch.cat(logits).float(), hidden=hidden)
 
@@ -297,16 +299,7 @@ class FastLM:
         if self.length:
             kv[:, :, :, :self.length] = self.kv[:, :, :, :self.length]
         self.kv = kv
-        self.cos, self.sin_signed = self._rope_table(capacity)
-
-    @torch.inference_mode()
-    def _rope_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [length, d] in the model's dtype from the model's own rotary module (the same values),
-        sin's first half negated as rotate_half would."""
-        positions = torch.arange(length, device=self.device)[None]  # [1, T]
-        cos, sin = self.rotary(torch.empty(0, dtype=self.dtype, device=self.device), positions)  # [1, T, d]
-        half = self.head_dim // 2
-        return cos[0].contiguous(), torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
+        self.cos, self.sin_signed = native.rope_tables(self.rotary, capacity, self.dtype, self.head_dim, self.device)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

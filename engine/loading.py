@@ -16,7 +16,6 @@ from typing import Callable
 import torch
 
 from engine import native
-from engine.calibration import PROMPTS as CALIBRATION_PROMPTS
 from engine.calibration import calibrate, needs_calibration
 from engine.codec import HFCodec
 from engine.costs import resolve_costs, saved_table_path
@@ -33,7 +32,6 @@ from engine.errors import LoadError
 from engine.head import load_head, resolve_head_dir, shipped_head_dir
 from engine.fastlm import causal_lm, forward_choice
 from engine.options import EngineOptions
-from engine.policies import POLICIES
 
 # Which drafter runs when none is asked for: the first one loaded, in this order (chosen by
 # measurement on held-out prompts; see the head's model card).
@@ -93,10 +91,10 @@ def calibrate_and_save(engine: SpecEngine, path: Path) -> None:
     """Measures this machine's default policy, with a progress bar, and saves it with the cost table."""
     from tqdm import tqdm
 
-    bar = tqdm(total=len(CALIBRATION_PROMPTS) * len(POLICIES), unit="run",
-               desc="no default policy measured on this device yet: calibrating")
+    bar = tqdm(unit="run", desc="no default policy measured on this device yet: calibrating")
 
     def progress(done: int, total: int, policy: str) -> None:
+        bar.total = total
         bar.set_postfix_str(policy)
         bar.update(done - bar.n)
 

@@ -330,6 +330,17 @@ def use_kernel_linears(module: nn.Module) -> int:
     return swapped
 
 
+@torch.inference_mode()
+def rope_tables(rotary: nn.Module, length: int, dtype: torch.dtype, head_dim: int,
+                device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin_signed [length, d] in `dtype` from a model's own rotary module (the same values), sin's
+    first half negated as rotate_half would: the tables the kernel's RoPE reads, and torch's lean one."""
+    positions = torch.arange(length, device=device)[None]  # [1, T]
+    cos, sin = rotary(torch.empty(0, dtype=dtype, device=device), positions)  # [1, T, d]
+    half = head_dim // 2
+    return cos[0].contiguous(), torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
+
+
 class NativeHead:
     """The kernel's `head_step` bound to an EAGLE-3 head (engine/head.py) in bfloat16 on this CPU: one C
     call per draft forward in place of some sixty torch ops. q/k/v and gate/up run fused, from copies made
@@ -375,10 +386,7 @@ class NativeHead:
     def _rope(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin_signed [capacity, d] from the head's own rotary module, as FastLM makes the target's."""
         if self._tables is None or self._tables[0] < capacity:
-            positions = torch.arange(capacity)[None]
-            cos, sin = self.head.rotary(torch.empty(0, dtype=torch.bfloat16), positions)  # [1, C, d]
-            half = self.dims.head_dim // 2
-            self._tables = (capacity, cos[0].contiguous(), torch.cat([-sin[0, :, :half], sin[0, :, half:]], -1))
+            self._tables = (capacity, *rope_tables(self.head.rotary, capacity, torch.bfloat16, self.dims.head_dim))
         return self._tables[1], self._tables[2]
 
     def __call__(self, embeds: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,

@@ -51,14 +51,6 @@ typedef struct {
                                                                         matmul_pairs); NULL on the AMX path */
 } LayerWeights;
 
-static inline bf16 to_bf16(float f) { /* round to nearest even, as torch does */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (bf16)(u >> 16);
-}
-
 /* Sixteen lanes at a time: bf16 → float32 is exact (a shift); float32 → bf16 rounds to nearest even. */
 static inline __m512 load16(const bf16 *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
