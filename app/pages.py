@@ -11,7 +11,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from app.deps import EngineDep
+from app.deps import EngineDep, SettingsDep
+from app.settings import ServerSettings
 from engine.interface import Engine
 from engine.policies import policy_schemas
 
@@ -23,8 +24,8 @@ router = APIRouter()
 
 
 @router.get("/", response_class=HTMLResponse)
-async def index(request: Request, engine: EngineDep) -> HTMLResponse:
-    return templates.TemplateResponse(request, "index.html", {"server": describe_engine(engine)})
+async def index(request: Request, engine: EngineDep, settings: SettingsDep) -> HTMLResponse:
+    return templates.TemplateResponse(request, "index.html", {"server": describe_engine(engine, settings)})
 
 
 @router.get("/results", response_class=HTMLResponse)
@@ -41,8 +42,8 @@ async def policies() -> dict[str, Any]:
 
 
 @router.get("/api/info")
-async def info(engine: EngineDep) -> dict[str, Any]:
-    return describe_engine(engine)
+async def info(engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
+    return describe_engine(engine, settings)
 
 
 @router.get("/api/traces")
@@ -80,7 +81,24 @@ def describe_trace(path: Path) -> dict[str, Any]:
     }
 
 
-def describe_engine(engine: Engine | None) -> dict[str, Any]:
+def describe_engine(engine: Engine | None, settings: ServerSettings) -> dict[str, Any]:
     if engine is None:
         return {"replay_only": True, "drafters": []}
-    return {"replay_only": False, **engine.describe().model_dump()}
+    info = engine.describe()
+    return {"replay_only": False, **info.model_dump(), "suffix_memory": describe_memory(settings, info.suffix_memory_tokens)}
+
+
+MEMORY_NOTES = {
+    "client": "the suffix drafter copies from this tab's own earlier runs too (each policy from its own); "
+              "no other client's text appears in your drafts",
+    "shared": "the suffix drafter copies from every client's earlier runs on this server (each policy from its "
+              "own): text another client typed can appear in your drafts",
+    "off": "the suffix drafter copies only from the current prompt and answer",
+}
+
+
+def describe_memory(settings: ServerSettings, budget: int) -> dict[str, Any]:
+    """Whose earlier runs the drafts may copy from, as the operator set it (`--suffix-memory-scope`), and how
+    many tokens each policy's memory keeps."""
+    scope = settings.suffix_memory_scope if budget else "off"
+    return {"scope": scope, "tokens_per_policy": budget, "note": MEMORY_NOTES[scope]}

@@ -25,7 +25,7 @@ import time
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from pydantic import BaseModel
 
@@ -188,9 +188,10 @@ class RunControl:
 
 
 async def relay_run(engine: Engine, executor: Executor, request: GenerationRequest, control: RunControl,
-                    outbox: Outbox) -> None:
+                    outbox: Outbox, memory: Any = "engine") -> None:
     """Runs one request in the worker thread, its events going into `outbox`; returns when the engine
-    has finished, while the client may still be reading. Engine errors (a RequestError) propagate."""
+    has finished, while the client may still be reading. Engine errors (a RequestError) propagate.
+    `memory`: the suffix memory the run drafts from (`Engine.run`'s)."""
     loop = asyncio.get_running_loop()
 
     def emit(event: BaseModel) -> None:
@@ -199,7 +200,7 @@ async def relay_run(engine: Engine, executor: Executor, request: GenerationReque
         outbox.put(event)
 
     def work() -> RunFinished:
-        return engine.run(request, emit, control.cancelled)
+        return engine.run(request, emit, control.cancelled, memory=memory)
 
     control.start_clock()
     future = loop.run_in_executor(executor, work)

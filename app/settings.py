@@ -6,9 +6,9 @@ CLI, the tools and the server.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from engine.options import EngineOptions
@@ -37,9 +37,20 @@ class ServerSettings(BaseSettings, EngineOptions):
     max_backlog_bytes: int = Field(8 << 20, ge=1 << 16, description="bytes a client may fall behind, likewise")
     handshake_timeout: float = Field(10.0, gt=0, description="seconds to send a complete HTTP request or upgrade")
     idle_timeout: float = Field(300.0, gt=0, description="a WebSocket with no run and no message this long is closed")
+    suffix_memory_scope: Literal["client", "shared", "off"] = Field(
+        "client", description="whose earlier runs the suffix drafter may copy from: a client's own (per browser tab, "
+                              "the default), every client's (shared: one client's text can then appear in another's "
+                              "drafts, which the page draws), or none (off)")
     shutdown_timeout: float = Field(3.0, gt=0, description="seconds shutdown waits for connections to close")
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         return [name.strip() for name in value.split(",") if name.strip()] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _memory_file_is_shared(self) -> "ServerSettings":
+        if self.suffix_memory is not None and self.suffix_memory_scope != "shared":
+            raise ValueError("suffix_memory (a file) holds one memory for the whole server: it needs "
+                             "suffix_memory_scope=shared")
+        return self

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
@@ -60,10 +61,19 @@ class ClientSession:
         self.settings: ServerSettings = self.state.settings
         self.address = websocket.client.host if websocket.client else "unknown"
         self.active: _ActiveRun | None = None
+        self.memory = self._suffix_memory()
         self._send_lock = asyncio.Lock()
         self._gone = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._idle_since = self._loop.time()
+
+    def _suffix_memory(self) -> Any:
+        """Whose earlier runs this tab's drafts may copy from (settings.suffix_memory_scope): its own, from a
+        memory that lives as long as the tab; every client's (the engine's); or none."""
+        engine, scope = self.state.engine, self.settings.suffix_memory_scope
+        if engine is None or scope == "off":
+            return None
+        return "engine" if scope == "shared" else engine.new_memory()
 
     async def serve(self) -> None:
         connections: Counter = self.state.connections
@@ -197,7 +207,7 @@ class ClientSession:
         try:
             async with self.state.line.turn(tell_position, client=self.address):
                 run.started = True
-                await relay_run(self.state.engine, self.state.executor, request, run.control, outbox)
+                await relay_run(self.state.engine, self.state.executor, request, run.control, outbox, self.memory)
         except LineFull as err:
             outbox.put(error_event(str(err), None, request.policy or ""))
         except SpecscopeError as err:

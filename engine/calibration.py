@@ -53,10 +53,12 @@ def calibrate(engine, progress: Progress | None = None) -> str:
     seconds = dict.fromkeys(names, 0.0)
     total, done = len(PROMPTS) * len(names), 0
     for name in names:  # warm-up: every policy's first run builds its drafter and touches its weights
-        engine.run(GenerationRequest(prompt=PROMPTS[0], policy=name, max_new_tokens=8), detail=False)
+        engine.run(GenerationRequest(prompt=PROMPTS[0], policy=name, max_new_tokens=8), detail=False,
+                   memory=None)
     for prompt in PROMPTS:
         for name in names:
-            result = engine.run(GenerationRequest(prompt=prompt, policy=name, max_new_tokens=NEW_TOKENS), detail=False)
+            result = engine.run(GenerationRequest(prompt=prompt, policy=name, max_new_tokens=NEW_TOKENS), detail=False,
+                                memory=None)
             tokens[name] += result.new_tokens
             seconds[name] += result.wall_s
             done += 1

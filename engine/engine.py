@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 import torch
 
@@ -24,6 +24,7 @@ from engine.codec import Codec
 from engine.costs import FASTEST, CostTable, costs_note, fastest_policy_note
 from engine.device import clock
 from engine.drafters.base import Drafter
+from engine.drafters.memory import MemoryBank
 from engine.drafting import Draft, grow_tree
 from engine.errors import RequestError
 from engine.events import CostsSummary, RunFinished
@@ -54,13 +55,15 @@ class SpecEngine:
     """A loaded target (and drafters) that runs generation requests one at a time."""
 
     def __init__(self, target: CachedLM, codec: Codec, drafters: dict[str, Callable[[], Drafter]],
-                 default_drafter: str, draft_lm: CachedLM | None = None, costs: CostTable | None = None):
+                 default_drafter: str, draft_lm: CachedLM | None = None, costs: CostTable | None = None,
+                 memory: MemoryBank | None = None):
         assert default_drafter in drafters, default_drafter
         self.target = target
         self.codec = codec
         self.drafters = drafters
         self.default_drafter = default_drafter
         self.draft_lm = draft_lm
+        self.memory = memory  # the process's suffix memory (engine/drafters/memory.py); None: off
         self.context = PolicyContext(costs=costs or CostTable.assumed())
         self._lock = threading.Lock()
         self._built: dict[str, Drafter] = {}
@@ -87,7 +90,12 @@ class SpecEngine:
                           drafters=list(self.drafters), default_drafter=self.default_drafter,
                           default_policy=self.default_policy, default_policy_note=self.default_policy_note,
                           costs=self.costs.target.source,
-                          costs_note=costs_note(self.costs, self.forward_name))
+                          costs_note=costs_note(self.costs, self.forward_name),
+                          suffix_memory_tokens=self.memory.budget if self.memory else 0)
+
+    def new_memory(self) -> MemoryBank | None:
+        """A fresh suffix memory like the engine's own (its budget, no file), for one client; None when off."""
+        return MemoryBank(self.memory.budget, target=self.memory.target) if self.memory else None
 
     def costs_note_for(self, policies: list[str]) -> str | None:
         """What to tell a user of these policies about the costs: None unless one reads assumed costs."""
@@ -120,15 +128,29 @@ class SpecEngine:
         return Prepared(request, policy, drafter if policy.drafts else None, prompt_ids)
 
     def run(self, request: GenerationRequest, emit: Emit | None = None,
-            cancelled: Callable[[], bool] | None = None, detail: bool = True) -> RunFinished:
+            cancelled: Callable[[], bool] | None = None, detail: bool = True,
+            memory: MemoryBank | None | Literal["engine"] = "engine") -> RunFinished:
         """Generates for one request. With `detail` off, per-candidate events (layers, tree,
-        verify) are not built: the benchmark's setting, so bookkeeping does not cost speed."""
+        verify) are not built: the benchmark's setting, so bookkeeping does not cost speed.
+        `memory`: the earlier requests the drafts may copy from, and where this one is remembered
+        (the engine's own bank by default; None: none, and this run is not remembered)."""
         prepared = self.validate(request)
+        bank = self.memory if memory == "engine" else memory
         with self._lock:
             drafter = self._drafter(prepared.drafter) if prepared.drafter else None
             run_id = uuid.uuid4().hex[:12]
             reporter = RunReporter(emit or (lambda event: None), detail, self.codec, run_id, prepared.policy.name)
-            return _Run(self, prepared, drafter, reporter, cancelled or (lambda: False)).execute()
+            run = _Run(self, prepared, drafter, reporter, cancelled or (lambda: False))
+            if drafter is None or bank is None:
+                return run.execute()
+            memory_of_policy = bank.for_policy(prepared.policy.name)
+            drafter.use_memory(memory_of_policy)
+            try:
+                finished = run.execute()
+            finally:
+                drafter.use_memory(None)
+            bank.remember(prepared.policy.name, prepared.prompt_ids, run.generated)
+            return finished
 
     def costs_summary(self, context: int) -> CostsSummary:
         """The cost table as read at `context`, for the run's opening event."""

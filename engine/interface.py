@@ -30,6 +30,7 @@ class EngineInfo(BaseModel):
     default_policy_note: str = ""  # why: measured fastest here (with the evidence), or not measured
     costs: Literal["measured", "synthetic", "assumed"]
     costs_note: str | None = None  # what to tell a user when the costs were not measured here
+    suffix_memory_tokens: int = 0  # the suffix memory's budget per policy (engine/drafters/memory.py); 0: none
 
 
 class Engine(Protocol):
@@ -39,6 +40,12 @@ class Engine(Protocol):
     def validate(self, request: GenerationRequest) -> Any:
         """Checks a request against this engine; raises RequestError naming the field at fault."""
 
+    def new_memory(self) -> Any:
+        """A fresh, empty suffix memory for one client (None when the engine keeps none)."""
+
     def run(self, request: GenerationRequest, emit: Emit | None = None,
-            cancelled: Callable[[], bool] | None = None, detail: bool = True) -> RunFinished:
-        """Generates for one request, reporting through `emit`; stops within a step once `cancelled()`."""
+            cancelled: Callable[[], bool] | None = None, detail: bool = True,
+            memory: Any = "engine") -> RunFinished:
+        """Generates for one request, reporting through `emit`; stops within a step once `cancelled()`.
+        `memory`: the suffix memory (engine/drafters/memory.py's MemoryBank) this run drafts from and joins;
+        None for none; by default the engine's own."""

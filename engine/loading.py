@@ -24,6 +24,7 @@ from engine.drafters.base import Drafter
 from engine.drafters.draft_lm import DraftLMDrafter
 from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.memory import DEFAULT_BUDGET, MemoryBank
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SuffixDrafter
 from engine.embedded import EMBEDDED_NAME, embedded_model_dir
@@ -73,10 +74,20 @@ def load_engine(options: EngineOptions | None = None) -> SpecEngine:
         raise LoadError(f"drafter {default!r} is not available; loaded: {', '.join(drafters)}", field="drafter")
     saved = saved_table_path(device_name(device), target_name, str(dtype))
     engine = SpecEngine(target, HFCodec(tokenizer, target_name), drafters, default, draft_lm=draft_lm,
-                        costs=resolve_costs(options.cost_table, saved))
+                        costs=resolve_costs(options.cost_table, saved), memory=memory_bank(options, target_name))
     if options.cost_table is None and calibrates(options) and needs_calibration(engine):
         calibrate_and_save(engine, saved)
     return engine
+
+
+def memory_bank(options: EngineOptions, target_name: str) -> MemoryBank | None:
+    """The process's suffix memory as the options ask: a budget per policy (0: none), and a file to keep it in."""
+    budget = DEFAULT_BUDGET if options.suffix_memory_tokens is None else options.suffix_memory_tokens
+    if budget == 0:
+        if options.suffix_memory is not None:
+            raise LoadError("a suffix memory file needs a token budget above 0", field="suffix_memory_tokens")
+        return None
+    return MemoryBank(budget, target=target_name, path=options.suffix_memory)
 
 
 def calibrates(options: EngineOptions) -> bool:

@@ -30,6 +30,12 @@ class EngineOptions(BaseModel):
     device: str | None = Field(None, description="cpu, cuda or mps (default: the best available)")
     cost_table: Path | None = Field(None, description="cost table from `specscope profile` (default: the one saved "
                                                       "for this device, model and dtype; none: assumed costs)")
+    suffix_memory: Path | None = Field(None, description="a file that keeps the suffix drafter's memory of earlier "
+                                                          "requests across processes (read at load, written after "
+                                                          "each run; default: memory lives in the process only)")
+    suffix_memory_tokens: int | None = Field(None, ge=0, description="the suffix memory's token budget per policy; "
+                                                                     "the oldest requests go first (default: 65536; "
+                                                                     "0 turns memory off)")
     calibrate: bool | None = Field(None, description="where no default policy is recorded for this device, model and "
                                                      "dtype, measure one on first load: every policy on 4 short prompts, "
                                                      "about a minute, once (default: on; SPECSCOPE_CALIBRATE=0 turns it off)")

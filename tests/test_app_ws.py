@@ -44,12 +44,15 @@ class SlowSteps:
     def validate(self, request):
         return self.engine.validate(request)
 
-    def run(self, request, emit=None, cancelled=None, detail=True):
+    def new_memory(self):
+        return self.engine.new_memory()
+
+    def run(self, request, emit=None, cancelled=None, detail=True, memory="engine"):
         def slow(event):
             if event.type == "step_metrics":
                 time.sleep(0.05)
             emit(event)
-        return self.engine.run(request, slow, cancelled, detail)
+        return self.engine.run(request, slow, cancelled, detail, memory)
 
 
 @pytest.fixture(scope="module")

@@ -169,20 +169,6 @@ def test_chain_with_free_q_one_is_leviathans():
     assert draft.tree.max_depth == 5
 
 
-def test_history_drafts_from_earlier_outputs_and_stays_bounded():
-    drafter = SuffixDrafter(history_tokens=60)
-    drafter.start([1, 2])
-    drafter.commit(DraftTree.with_root(2), [0], PASSAGE[:30])  # the first request's output
-    drafter.start([7, 8] + PASSAGE[:2])  # a new prompt that starts the same text
-    [proposal] = propose(drafter, DraftTree.with_root(PASSAGE[1]), [0])
-    assert proposal.token == [PASSAGE[2]]
-    assert drafter.match(DraftTree.with_root(PASSAGE[1]), 0)[0] == 2
-    drafter.commit(DraftTree.with_root(PASSAGE[1]), [0], PASSAGE[30:40])
-    drafter.start([5])
-    drafter.start([6])  # two more outputs of 40 + 0 tokens: the oldest must go
-    assert sum(len(o) + 1 for o in drafter.outputs) <= 60 and drafter.history.size <= 60
-
-
 # --- in the engine: greedy identity, and deep copies on a target that copies ---------------------------------
 
 @pytest.fixture(scope="module")

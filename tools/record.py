@@ -21,7 +21,7 @@ def record(engine: SpecEngine, requests: list[GenerationRequest], path: str) -> 
     writer = TraceWriter(path)
     try:
         for request in requests:
-            engine.run(request, writer)
+            engine.run(request, writer, memory=None)  # a lesson must not depend on the lessons before it
     finally:
         writer.close()
 

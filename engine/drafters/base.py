@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.sampling import SamplingParams
 from engine.timing import ForwardMeter
 from engine.tree import DraftTree
+
+if TYPE_CHECKING:
+    from engine.drafters.memory import SuffixMemory
 
 
 @dataclass
@@ -49,6 +53,10 @@ class Drafter(ABC):
 
         `features` [len(context) - 1, F]: the target's features for every context token but the
         root (only when `feature_layers` is set)."""
+
+    def use_memory(self, memory: "SuffixMemory | None") -> None:
+        """Hands a drafter that drafts from earlier requests the memory of this run's scope (None: none);
+        the others ignore it. Called before `start`."""
 
     @abstractmethod
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,

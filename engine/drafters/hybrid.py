@@ -3,7 +3,8 @@
 The suffix drafter (engine/drafters/suffix.py) proposes the tokens that followed
 the node's longest earlier match; the head proposes its top-k. Candidates are
 pooled per node and each records who proposed it ("head", "suffix", or
-"head+suffix" when both did), so the web app can colour by source.
+"head+suffix" when both did; "memory" for a match in earlier requests), so the web
+app can colour by source.
 
 Policies gate on q, so a match's candidate carries the larger of the head's own
 probability for that token and the suffix drafter's q, its empirical frequency
@@ -25,11 +26,12 @@ import torch
 
 from engine.drafters.base import Drafter, Proposal
 from engine.drafters.eagle_head import EagleHeadDrafter
+from engine.drafters.memory import SuffixMemory
 from engine.drafters.suffix import SuffixDrafter
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
 
-MATCH = SuffixDrafter.name
+MATCH = SuffixDrafter.name  # the source of a match in the request's own text ("memory": in earlier requests)
 
 
 class HybridDrafter(Drafter):
@@ -45,6 +47,9 @@ class HybridDrafter(Drafter):
         self.match_children = match_children
         self.copy_q = copy_q
         self._modelled: set[int] = set()  # nodes the head ran this step: only their children can run it
+
+    def use_memory(self, memory: SuffixMemory | None) -> None:
+        self.suffix.use_memory(memory)
 
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
         self.head.start(context, features)
@@ -84,9 +89,9 @@ class HybridDrafter(Drafter):
         for token, q_match in zip(match.token, match.q):
             q = max(self.head.prob(head.node, token), q_match)
             if token in children:
-                children[token] = [max(children[token][0], q), f"{self.head.name}+{MATCH}"]
+                children[token] = [max(children[token][0], q), f"{self.head.name}+{match.source}"]
             else:
-                children[token] = [q, MATCH]
+                children[token] = [q, match.source]
         by_source: dict[str, Proposal] = {}
         for token, (q, source) in sorted(children.items(), key=lambda item: -item[1][0]):
             proposal = by_source.setdefault(source, Proposal(node=head.node, token=[], q=[], source=source))

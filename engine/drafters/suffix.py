@@ -16,15 +16,26 @@ accepted at that match length in this request (a Beta prior whose mean rises wit
 buckets 1, 2–3, 4–7, 8–15, 16–31, 32+): long matches earn deep paths in a budgeted
 tree because copies of that length were accepted, short ones stay modest.
 
-Optionally the drafter also keeps a bounded store of earlier outputs of the same
-engine (`history_tokens`), a second index queried beside the request's: the longer
-match wins. It is off by default: a benchmark that runs one prompt through several
-policies would otherwise draft later policies from earlier ones' outputs.
+Beside the request's own index the drafter reads a suffix memory of earlier
+requests (engine/drafters/memory.py) when the engine hands it one: each node's
+match is the longer of the two, its children are tagged `memory` when they come
+from earlier requests, and each source earns its own trust. A node drafts no
+deeper than its match is long (SuffixDecoding's adaptive speculation length,
+α = 1): along a copy the match grows one token per layer, so this only stops
+branches whose match began below the root and is still short.
+
+Counts saturate at COUNT_CAP occurrences: the counting walk up the suffix links
+stops at the first saturated state (every state above it holds a shorter,
+hence at least as frequent, string): each state is raised at most COUNT_CAP
+times, so an update costs amortised O(COUNT_CAP), a constant, even on repetitive
+text, where the chain of suffix links grows with the text (one repeated token:
+the unsaturated walk is as long as the text).
+Only ratios between followers seen more than COUNT_CAP times lose precision.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -32,13 +43,19 @@ from engine.drafters.base import Drafter, Proposal
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
 
-SEPARATOR = -1  # ends an output in the history index: no real token matches it, so no match spans two outputs
+if TYPE_CHECKING:
+    from engine.drafters.memory import SuffixMemory
+
+SEPARATOR = -1  # ends a document in a memory's index: no real token matches it, so no match spans two requests
 BUCKET_FLOORS = (1, 2, 4, 8, 16, 32)  # match lengths at which trust buckets begin
 # Prior acceptance of a candidate in each bucket: how often the most frequent follower was the target's next
 # token in 400 of the target's greedy answers (the shipped head's selfdistill-ids.npz): 0.24, 0.59, 0.77, 0.91,
 # 0.92, 0.99 by bucket, rounded down where few matches were that long.
 PRIOR_TRUST = (0.25, 0.55, 0.75, 0.9, 0.92, 0.95)
 PRIOR_WEIGHT = 6.0  # pseudo-candidates behind each prior
+COUNT_CAP = 64  # occurrences counted per string; past it a count stays at the cap
+SPEC_FACTOR = 1.0  # a node drafts children only while its depth + 1 ≤ SPEC_FACTOR × its match length
+MEMORY = "memory"  # the source of candidates drawn from earlier requests
 
 
 class SuffixIndex:
@@ -46,8 +63,8 @@ class SuffixIndex:
 
     Every state is a class of substrings with the same end positions; `count[s]` is how
     many times they occur, and a transition s --t--> s' exists iff some occurrence is
-    followed by t, s' holding the extended strings (so `count[s']` occurrences of them).
-    Appending a token costs amortised O(1) to build and O(suffix-link chain) to count.
+    followed by t, s' holding the extended strings (so `count[s']` occurrences of them,
+    up to COUNT_CAP). Appending a token costs amortised O(1) to build and to count.
 
     >>> index = SuffixIndex(); index.extend_all([1, 2, 3, 1, 2, 4, 1, 2])
     >>> length, followers = index.followers(*index.end())
@@ -87,7 +104,10 @@ class SuffixIndex:
         self.last = cur
         self.size += 1
         state = cur
-        while state > 0:  # every suffix of the text ends here once more
+        # Every suffix of the text ends here once more. A saturated state's suffix links lead to
+        # shorter strings, at least as frequent, so saturated too: the walk stops there. Each state
+        # is raised at most COUNT_CAP times, so the walks cost O(COUNT_CAP) per token amortised.
+        while state > 0 and self.count[state] < COUNT_CAP:
             self.count[state] += 1
             state = self.link[state]
 
@@ -114,12 +134,13 @@ class SuffixIndex:
     def followers(self, state: int, length: int) -> tuple[int, dict[int, int]]:
         """The longest suffix of the match that was followed by something: its length and
         {next token: occurrences}. (0, {}) when only the empty match is left."""
-        while state > 0 and not self.next[state]:
+        while state > 0:
+            followers = {t: self.count[s] for t, s in self.next[state].items() if t != SEPARATOR}
+            if followers:
+                return length, followers
             state = self.link[state]
             length = self.length[state]
-        if state <= 0:
-            return 0, {}
-        return length, {t: self.count[s] for t, s in self.next[state].items() if t != SEPARATOR}
+        return 0, {}
 
 
 class TrustByLength:
@@ -152,47 +173,48 @@ class TrustByLength:
 class SuffixDrafter(Drafter):
     name = "suffix"
 
-    def __init__(self, history_tokens: int = 0):
+    def __init__(self) -> None:
         super().__init__()
-        self.history_tokens = history_tokens
-        self.history = SuffixIndex()
-        self.outputs: deque[list[int]] = deque()  # earlier outputs in the history index, oldest first
+        self.memory: SuffixMemory | None = None
         self.index = SuffixIndex()
         self.tokens: list[int] = []  # the request's context: prompt, then every emitted token
-        self.prompt_len = 0
-        self.trust = TrustByLength()
+        self.trust = TrustByLength()  # of matches in the request's own text
+        self.memory_trust = TrustByLength()  # of matches in earlier requests
         self._states: dict[int, tuple[tuple[int, int], ...]] = {}  # tree node -> (state, length) per index
-        self._history_end = (0, 0)  # the request's text matched in the history index
+        self._memory_end = (0, 0)  # the request's text matched in the memory's index
+
+    def use_memory(self, memory: SuffixMemory | None) -> None:
+        self.memory = memory
 
     @property
-    def indexes(self) -> tuple[SuffixIndex, ...]:
-        return (self.index, self.history) if self.history_tokens else (self.index,)
+    def indexes(self) -> tuple[tuple[str, SuffixIndex], ...]:
+        """(source, index) to match in: the request's own text, then earlier requests' if remembered."""
+        own = ((self.name, self.index),)
+        return own + ((MEMORY, self.memory.index),) if self.memory is not None else own
 
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
-        if self.history_tokens and len(self.tokens) > self.prompt_len:
-            self._remember(self.tokens[self.prompt_len:])
         self.index = SuffixIndex()
         self.index.extend_all(context)
         self.tokens = list(context)
-        self._history_end = self._walk_history((0, 0), context)
-        self.prompt_len = len(context)
-        self.trust = TrustByLength()
+        self._memory_end = self._walk_memory((0, 0), context)
+        self.trust, self.memory_trust = TrustByLength(), TrustByLength()
         self._states = {}
 
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
-        """The k most frequent followers of each node's match; nodes without a match get none.
-        Children are chosen deterministically even when sampling (a point mass is lossless)."""
+        """The k most frequent followers of each node's match; nodes without a match, or deeper than
+        their match is long, get none. Children are chosen deterministically even when sampling (a
+        point mass is lossless)."""
         proposals = []
         for node in frontier:
-            length, followers = self.match(tree, node)
-            if not followers:
+            source, length, followers = self.best_match(tree, node)
+            if not followers or tree.depth[node] + 1 > SPEC_FACTOR * length:
                 continue
             best = sorted(followers.items(), key=lambda item: (-item[1], item[0]))[:max(k, 0)]
             total = sum(followers.values())
-            trust = self.trust(length)
+            trust = self.trust_of(source)(length)
             proposals.append(Proposal(node=node, token=[t for t, _ in best], q=[trust * c / total for _, c in best],
-                                      source=self.name))
+                                      source=source))
         return proposals
 
     def free_proposals(self, tree: DraftTree, frontier: list[int], k: int) -> list[Proposal]:
@@ -201,23 +223,30 @@ class SuffixDrafter(Drafter):
 
     def match(self, tree: DraftTree, node: int) -> tuple[int, dict[int, int]]:
         """The node's match length and its followers {token: occurrences}: the longest over the indexes."""
-        best: tuple[int, dict[int, int]] = (0, {})
-        for index, (state, length) in zip(self.indexes, self._state(tree, node)):
+        return self.best_match(tree, node)[1:]
+
+    def best_match(self, tree: DraftTree, node: int) -> tuple[str, int, dict[int, int]]:
+        """(source, length, followers) of the node's longest match; the request's own text wins a tie."""
+        best: tuple[str, int, dict[int, int]] = (self.name, 0, {})
+        for (source, index), (state, length) in zip(self.indexes, self._state(tree, node)):
             found = index.followers(state, length)
-            if found[0] > best[0]:
-                best = found
+            if found[0] > best[1]:
+                best = (source, *found)
         return best
+
+    def trust_of(self, source: str) -> TrustByLength:
+        return self.memory_trust if source == MEMORY else self.trust
 
     def _state(self, tree: DraftTree, node: int) -> tuple[tuple[int, int], ...]:
         """Each index's (state, length) for the text up to `node`, walked from the nearest known ancestor."""
         if node in self._states:
             return self._states[node]
         if node == 0:
-            states = (self.index.end(), self._history_end)[:len(self.indexes)]
+            states = (self.index.end(), self._memory_end)[:len(self.indexes)]
         else:
             token = tree.token[node]
             states = tuple(index.step(state, length, token)
-                           for index, (state, length) in zip(self.indexes, self._state(tree, tree.parent[node])))
+                           for (_, index), (state, length) in zip(self.indexes, self._state(tree, tree.parent[node])))
         self._states[node] = states
         return states
 
@@ -227,32 +256,22 @@ class SuffixDrafter(Drafter):
         self.learn(tree, accepted_path)
         self.index.extend_all(emitted)
         self.tokens.extend(emitted)
-        self._history_end = self._walk_history(self._history_end, emitted)
+        self._memory_end = self._walk_memory(self._memory_end, emitted)
         self._states = {}
 
-    def _walk_history(self, state: tuple[int, int], tokens: list[int]) -> tuple[int, int]:
-        if not self.history_tokens:
+    def _walk_memory(self, state: tuple[int, int], tokens: list[int]) -> tuple[int, int]:
+        if self.memory is None:
             return state
         for token in tokens:
-            state = self.history.step(*state, token)
+            state = self.memory.index.step(*state, token)
         return state
 
     def learn(self, tree: DraftTree, accepted_path: list[int]) -> None:
-        """Counts this drafter's candidates the target evaluated (their parent was accepted), by match length."""
+        """Counts this drafter's candidates the target evaluated (their parent was accepted), by source and
+        match length."""
         on_path = set(accepted_path)
         for child in range(1, len(tree)):
             parent = tree.parent[child]
-            if parent in on_path and self.name in tree.source[child].split("+"):
-                self.trust.record(self.match(tree, parent)[0], child in on_path)
-
-    def _remember(self, output: list[int]) -> None:
-        """Adds a finished output to the bounded history, rebuilding the index when the oldest must go."""
-        self.outputs.append(output[-(self.history_tokens - 1):])
-        if sum(len(o) + 1 for o in self.outputs) > self.history_tokens:
-            while sum(len(o) + 1 for o in self.outputs) > self.history_tokens:
-                self.outputs.popleft()
-            self.history = SuffixIndex()
-            for earlier in self.outputs:
-                self.history.extend_all(earlier + [SEPARATOR])
-        else:
-            self.history.extend_all(self.outputs[-1] + [SEPARATOR])
+            if parent in on_path and {self.name, MEMORY} & set(tree.source[child].split("+")):
+                source, length, _ = self.best_match(tree, parent)
+                self.trust_of(source).record(length, child in on_path)
