@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.embedded import cache_root
 from engine.errors import LoadError
+from engine.models.base import LanguageModel
+from engine.models.device import device_name
+from engine.models.embedded import cache_root
 
 TABLE_VERSION = 2  # 2: n is measured at every value up to a limit and looked up rounding up (1: interpolated)
 
@@ -269,6 +271,12 @@ def cost_dir() -> Path:
 def saved_table_path(device: str, model: str, dtype: str) -> Path:
     """Where `specscope profile` saves the table of this device, model and dtype."""
     return cost_dir() / f"{table_key(device, model, dtype)}.json"
+
+
+def table_path_for(lm: LanguageModel) -> Path:
+    """Where the cost table of this model, on its device and in its dtype, is saved: `specscope profile`
+    writes it, `load_engine` reads it, `bench --record-default` records the fastest policy in it."""
+    return saved_table_path(device_name(lm.device), lm.name, str(lm.dtype))
 
 
 def resolve_costs(path: Path | None, saved: Path) -> CostTable:

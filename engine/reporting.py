@@ -16,12 +16,12 @@ from typing import Any, Callable
 import torch
 
 from engine.acceptance import Acceptance, Visit, verdicts_of
-from engine.codec import Codec
 from engine.drafting import Draft
 from engine.events import (Candidate, Check, CostsSummary, DraftLayer, DraftTreeDone, EmittedToken, NodeVerdict,
                            PolicyAdjusted, RunFinished, RunStarted, StepMetrics, TextDelta, TokenOdds, TreeNode,
                            Verification, WalkNode)
 from engine.interface import Emit
+from engine.models.codec import Codec
 from engine.policies.base import Adjustment, Decision, Rerank
 from engine.timing import Timings
 from engine.tree import DraftTree

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-import shipped_traces
 from browser_harness import ARTIFACTS, ROOT, checked_page, served
+import shipped_traces
 
 pytestmark = pytest.mark.slow
 
@@ -344,7 +344,7 @@ def test_results_page_draws_a_results_json_the_user_opens(page, replay_url, tmp_
     import torch
 
     from tools.bench import PolicySpec, Prompt, run_bench
-    from engine.testing import tiny_engine
+    from tiny_models import tiny_engine
 
     engine = tiny_engine(dtype=torch.float64)
     prompts = [Prompt(1, "hello world", "writing"), Prompt(2, "abcabc", "coding")]

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from tools.bench import PolicySpec, markdown_table, read_prompts, run_bench
 from cli.main import main
-from engine.events import read_trace
 from engine.errors import RequestError
-from engine.testing import tiny_llama
+from engine.events import read_trace
+from tiny_models import tiny_llama
+from tools.bench import PolicySpec, markdown_table, read_prompts, run_bench
 from test_engine_behaviour import word_tokenizer
 
 WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(2, 260)]

@@ -10,9 +10,9 @@ import torch
 
 from engine.costs import CostTable, costs_note, resolve_costs
 from engine.errors import LoadError
-from engine.fastlm import causal_lm
-from engine.lm import CachedLM
-from engine.testing import tiny_llama
+from engine.models.fastlm import causal_lm
+from engine.models.lm import CachedLM
+from tiny_models import tiny_llama
 from tools.profile import Grid, add_arguments, command, floor_lines, grid_from_args, profile
 
 SMALL = Grid(ns=(1, 8, 64, 256), contexts=(32, 64), batches=(1, 2), repeats=3, warmup=1)

@@ -30,11 +30,11 @@ import torch
 from tqdm import tqdm
 
 from engine.costs import CostTable, record_fastest, saved_table_path
-from engine.device import device_name
 from engine.engine import SpecEngine
 from engine.errors import RequestError
 from engine.events import RunFinished, StepMetrics
 from engine.loading import load_engine
+from engine.models.device import device_name
 from engine.options import EngineOptions
 from engine.policies import POLICIES, make_policy
 from engine.request import GenerationRequest
