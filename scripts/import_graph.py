@@ -11,13 +11,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
 from test_layers import FLOORS, floor_violations, import_graph, runtime_violations, strongly_connected  # noqa: E402
 
 
 def package_of(module: str) -> str:
-    """engine.policies.talon -> engine.policies; engine.engine -> engine."""
+    """engine.policies.talon -> engine.policies; engine.policies (its __init__) -> engine.policies;
+    engine.engine -> engine."""
     parts = module.split(".")
+    if len(parts) == 2 and (ROOT.joinpath(*parts) / "__init__.py").exists():
+        return module
     return ".".join(parts[:2]) if len(parts) > 2 else parts[0]
 
 
