@@ -106,7 +106,7 @@ class CostTable:
     def draft_costs(self) -> ModelCosts:
         """The draft's grid; without a measured draft, an assumed fraction of the target's.
 
-        A feature-level head or an n-gram drafter is no CachedLM the profiler can time; FACTS measured a
+        A feature-level head or an n-gram drafter is no LanguageModel the profiler can time; FACTS measured a
         one-layer head at c ≈ 0.04–0.16 of a target forward, so 0.1 of the target's grid stands in (a head
         is one decoder layer plus the LM head, so its cost grows with n like the target's).
         """

@@ -60,7 +60,7 @@ class CostsSummary(BaseModel):
     context: int  # the measured context the times below are read at
     ns: list[int]
     target_ms: list[float]  # one target forward of n new tokens
-    draft_ms: list[float]  # one draft forward of n new tokens (assumed where the drafter runs no CachedLM)
+    draft_ms: list[float]  # one draft forward of n new tokens (assumed where the drafter runs no LanguageModel)
 
 
 class RunStarted(_Event):
