@@ -344,13 +344,14 @@ def test_results_page_draws_a_results_json_the_user_opens(page, replay_url, tmp_
     import torch
 
     from tools.bench import PolicySpec, Prompt, run_bench
+    from tools.report import report_json
     from engine.testing import tiny_engine
 
     engine = tiny_engine(dtype=torch.float64)
     prompts = [Prompt(1, "hello world", "writing"), Prompt(2, "abcabc", "coding")]
     report = run_bench(engine, prompts, [PolicySpec.parse(t) for t in ("chain", "talon:mu=0.2")], 12, progress=False)
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(report))
+    path.write_text(report_json(report))
     page.goto(f"{replay_url}/results")
     page.wait_for_selector("[data-testid=results-chart] [data-policy]")
     page.set_input_files("[data-testid=results-upload]", str(path))
