@@ -307,7 +307,7 @@ def _pick_default(engine: Any, table: CostTable, path: Path) -> None:
 
     engine.context = PolicyContext(costs=table)
     report = run_bench(engine, held_out_prompts(4), [PolicySpec.parse(name) for name in POLICIES], 64)
-    report["source"] = "the shipped prompt set's held-out split"
+    report.source = "the shipped prompt set's held-out split"
     print(markdown_table(report))
     record_default(engine, report, path)
     print(f"default policy: {engine.default_policy_note}; recorded in {path}")
