@@ -53,8 +53,8 @@ RUN make install EXTRAS=
 
 # Dequantize the embedded model once at build time, so the first start is quick; build the native kernel
 # too where this CPU can run it (a machine with another CPU builds its own on first use, in about a second).
-RUN .venv/bin/python -c "from engine.embedded import embedded_model_dir; embedded_model_dir()"
-RUN .venv/bin/python -c "from engine import native; native.kernel()" || echo "no native kernel on this CPU"
+RUN .venv/bin/python -c "from engine.models.embedded import embedded_model_dir; embedded_model_dir()"
+RUN .venv/bin/python -c "from engine.models import native; native.kernel()" || echo "no native kernel on this CPU"
 
 ENV SPECSCOPE_HOST=0.0.0.0 \
     SPECSCOPE_PORT=8000 \

@@ -46,7 +46,7 @@ browser:
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 	@command -v node >/dev/null || { apt-get update -q && apt-get install -y -q nodejs; }
 
-# gcc builds the lean forward's native kernel (engine/native/forward.c) on first use; without it the
+# gcc builds the lean forward's native kernel (engine/models/native/forward.c) on first use; without it the
 # engine runs torch's ops at half the speed and says so, and the kernel's tests could not run.
 compiler:
 	@command -v gcc >/dev/null || { apt-get update -q && apt-get install -y -q gcc libc6-dev; }

@@ -45,22 +45,27 @@ of p. The web app's sampling panel draws exactly these numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
 from engine.tree import DraftTree
 
 
+Rule = Literal["greedy", "deterministic", "sampled"]
+
+
 @dataclass
 class Check:
-    """One child tried at a visited node."""
+    """One child tried at a visited node, with the numbers that decided it: the `verify` event's walk
+    carries these records as they are (engine/events.py)."""
 
     child: int  # tree index
     token: int
-    rule: str  # "greedy" (is it the argmax?), "deterministic" (accept with p), "sampled" (accept with min(1, p/q))
+    rule: Rule  # "greedy" (is it the argmax?), "deterministic" (accept with p), "sampled" (accept with min(1, p/q))
     p: float  # target probability of the token under the p in force when tried
-    q: float  # the child's draft probability; sampled: under the q in force (earlier draws removed)
-    ratio: float  # the acceptance probability: min(1, p/q), p, or 1/0 for greedy
+    q: float  # the child's draft probability; sampled: under the q in force (earlier-drawn siblings removed)
+    ratio: float  # the acceptance probability: min(1, p/q) sampled, p deterministic, 1 or 0 greedy
     u: float | None  # the uniform draw compared with `ratio` (None for greedy)
     accepted: bool
 

@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.embedded import cache_root
 from engine.errors import LoadError
+from engine.models.base import LanguageModel
+from engine.models.device import device_name
+from engine.models.embedded import cache_root
 
 TABLE_VERSION = 2  # 2: n is measured at every value up to a limit and looked up rounding up (1: interpolated)
 
@@ -104,7 +106,7 @@ class CostTable:
     def draft_costs(self) -> ModelCosts:
         """The draft's grid; without a measured draft, an assumed fraction of the target's.
 
-        A feature-level head or an n-gram drafter is no CachedLM the profiler can time; FACTS measured a
+        A feature-level head or an n-gram drafter is no LanguageModel the profiler can time; FACTS measured a
         one-layer head at c ≈ 0.04–0.16 of a target forward, so 0.1 of the target's grid stands in (a head
         is one decoder layer plus the LM head, so its cost grows with n like the target's).
         """
@@ -269,6 +271,12 @@ def cost_dir() -> Path:
 def saved_table_path(device: str, model: str, dtype: str) -> Path:
     """Where `specscope profile` saves the table of this device, model and dtype."""
     return cost_dir() / f"{table_key(device, model, dtype)}.json"
+
+
+def table_path_for(lm: LanguageModel) -> Path:
+    """Where the cost table of this model, on its device and in its dtype, is saved: `specscope profile`
+    writes it, `load_engine` reads it, `bench --record-default` records the fastest policy in it."""
+    return saved_table_path(device_name(lm.device), lm.name, str(lm.dtype))
 
 
 def resolve_costs(path: Path | None, saved: Path) -> CostTable:

@@ -15,21 +15,22 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Literal
 
 import torch
 
 from engine.acceptance import Acceptance, accept_greedy, accept_sampled
-from engine.codec import Codec
-from engine.costs import FASTEST, CostTable, costs_note, fastest_policy_note
-from engine.device import clock
+from engine.costs import FASTEST, CostTable, costs_note, fastest_policy_note, table_path_for
 from engine.drafters.base import Drafter
 from engine.drafters.memory import MemoryBank
 from engine.drafting import Draft, grow_tree
 from engine.errors import RequestError
 from engine.events import CostsSummary, RunFinished
 from engine.interface import Emit, EngineInfo
-from engine.lm import CachedLM
+from engine.models.base import LanguageModel
+from engine.models.codec import Codec
+from engine.models.device import clock
 from engine.policies import POLICIES, make_policy
 from engine.policies.base import Policy, PolicyContext, StepOutcome
 from engine.reporting import RunReporter, VerifiedStep
@@ -54,8 +55,8 @@ class Prepared:
 class SpecEngine:
     """A loaded target (and drafters) that runs generation requests one at a time."""
 
-    def __init__(self, target: CachedLM, codec: Codec, drafters: dict[str, Callable[[], Drafter]],
-                 default_drafter: str, draft_lm: CachedLM | None = None, costs: CostTable | None = None,
+    def __init__(self, target: LanguageModel, codec: Codec, drafters: dict[str, Callable[[], Drafter]],
+                 default_drafter: str, draft_lm: LanguageModel | None = None, costs: CostTable | None = None,
                  memory: MemoryBank | None = None):
         assert default_drafter in drafters, default_drafter
         self.target = target
@@ -71,6 +72,11 @@ class SpecEngine:
     @property
     def costs(self) -> CostTable:
         return self.context.costs
+
+    @property
+    def cost_table_path(self) -> Path:
+        """Where this target's cost table is saved for its device and dtype (engine/costs.py)."""
+        return table_path_for(self.target)
 
     @property
     def default_policy(self) -> str:
@@ -105,7 +111,7 @@ class SpecEngine:
 
     @property
     def forward_name(self) -> str:
-        """Which forward verifies: "native", "lean" (engine/fastlm.py) or "plain" (Hugging Face's)."""
+        """Which forward verifies: "native", "lean" (engine/models/fastlm.py) or "plain" (Hugging Face's)."""
         return self.target.forward_name
 
     def validate(self, request: GenerationRequest) -> Prepared:

@@ -33,6 +33,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from engine.acceptance import Check
+from engine.policies.base import Adjustment
 from engine.timing import Timings
 
 SCHEMA_VERSION = 3
@@ -58,7 +60,7 @@ class CostsSummary(BaseModel):
     context: int  # the measured context the times below are read at
     ns: list[int]
     target_ms: list[float]  # one target forward of n new tokens
-    draft_ms: list[float]  # one draft forward of n new tokens (assumed where the drafter runs no CachedLM)
+    draft_ms: list[float]  # one draft forward of n new tokens (assumed where the drafter runs no LanguageModel)
 
 
 class RunStarted(_Event):
@@ -150,25 +152,12 @@ class TokenOdds(BaseModel):
     q: float | None  # the draft's, where the drafter gave one for this token
 
 
-class Check(BaseModel):
-    """A child the acceptance walk tried, with the numbers that decided it (engine/acceptance.py)."""
-
-    child: int
-    token: int
-    rule: Literal["greedy", "deterministic", "sampled"]
-    p: float  # under the p in force when tried
-    q: float  # the draft's probability of the token; sampled: under the q in force (earlier-drawn siblings removed)
-    ratio: float  # acceptance probability: min(1, p/q) sampled, p deterministic, 1 or 0 greedy
-    u: float | None  # the uniform draw (None for greedy)
-    accepted: bool
-
-
 class WalkNode(BaseModel):
     """A node the acceptance walk visited."""
 
     node: int
     top: list[TokenOdds]  # the target's most likely tokens here, before any rejection
-    checks: list[Check]
+    checks: list[Check]  # the acceptance walk's own records (engine/acceptance.py), children in the order tried
     residual_top: list[TokenOdds] | None = None  # what was left of p after every child was rejected (sampling)
     drawn: int | None = None  # the recovered or bonus token drawn here
 
@@ -202,13 +191,14 @@ class StepMetrics(_Event, Timings):
     new_tokens: int  # total so far
 
 
-class PolicyAdjusted(_Event):
+class _PolicyAdjustedHeader(_Event):
     type: Literal["policy_adjusted"] = "policy_adjusted"
     step: int
-    param: str
-    old: float
-    new: float
-    why: str
+
+
+class PolicyAdjusted(Adjustment, _PolicyAdjustedHeader):
+    """A policy's Adjustment after a step (engine/policies/base.py), flat after the event's header (pydantic
+    lays out the last base's fields first, so the JSON reads header, then adjustment, as traces always have)."""
 
 
 class RunFinished(_Event, Timings):

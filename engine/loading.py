@@ -15,11 +15,8 @@ from typing import Callable
 
 import torch
 
-from engine import native
 from engine.calibration import calibrate, needs_calibration
-from engine.codec import HFCodec
-from engine.costs import resolve_costs, saved_table_path
-from engine.device import device_name, pick_device, pick_dtype
+from engine.costs import resolve_costs, table_path_for
 from engine.drafters.base import Drafter
 from engine.drafters.draft_lm import DraftLMDrafter
 from engine.drafters.eagle_head import EagleHeadDrafter
@@ -27,11 +24,14 @@ from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.memory import DEFAULT_BUDGET, MemoryBank
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SuffixDrafter
-from engine.embedded import EMBEDDED_NAME, embedded_model_dir
 from engine.engine import SpecEngine
 from engine.errors import LoadError
-from engine.head import load_head, resolve_head_dir, shipped_head_dir
-from engine.fastlm import causal_lm, forward_choice
+from engine.models import native
+from engine.models.codec import HFCodec
+from engine.models.device import pick_device, pick_dtype
+from engine.models.embedded import EMBEDDED_NAME, embedded_model_dir
+from engine.models.fastlm import causal_lm, forward_choice
+from engine.models.head import load_head, resolve_head_dir, shipped_head_dir
 from engine.options import EngineOptions
 
 # Which drafter runs when none is asked for: the first one loaded, in this order (chosen by
@@ -72,7 +72,7 @@ def load_engine(options: EngineOptions | None = None) -> SpecEngine:
     default = options.drafter or next(name for name in DEFAULT_DRAFTERS if name in drafters)
     if default not in drafters:
         raise LoadError(f"drafter {default!r} is not available; loaded: {', '.join(drafters)}", field="drafter")
-    saved = saved_table_path(device_name(device), target_name, str(dtype))
+    saved = table_path_for(target)
     engine = SpecEngine(target, HFCodec(tokenizer, target_name), drafters, default, draft_lm=draft_lm,
                         costs=resolve_costs(options.cost_table, saved), memory=memory_bank(options, target_name))
     if options.cost_table is None and calibrates(options) and needs_calibration(engine):

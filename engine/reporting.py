@@ -16,12 +16,12 @@ from typing import Any, Callable
 import torch
 
 from engine.acceptance import Acceptance, Visit, verdicts_of
-from engine.codec import Codec
 from engine.drafting import Draft
-from engine.events import (Candidate, Check, CostsSummary, DraftLayer, DraftTreeDone, EmittedToken, NodeVerdict,
+from engine.events import (Candidate, CostsSummary, DraftLayer, DraftTreeDone, EmittedToken, NodeVerdict,
                            PolicyAdjusted, RunFinished, RunStarted, StepMetrics, TextDelta, TokenOdds, TreeNode,
                            Verification, WalkNode)
 from engine.interface import Emit
+from engine.models.codec import Codec
 from engine.policies.base import Adjustment, Decision, Rerank
 from engine.timing import Timings
 from engine.tree import DraftTree
@@ -107,7 +107,7 @@ class RunReporter:
         """What the policy changed after the step, and the step's summary; adds to the run's totals."""
         header = {**self.header, "step": result.step}
         for change in adjustments:
-            self.emit(PolicyAdjusted(**header, param=change.param, old=change.old, new=change.new, why=change.why))
+            self.emit(PolicyAdjusted(**header, **change.model_dump()))
         self.steps += 1
         self.draft_forwards += draft_forwards
         self.totals = self.totals + times
@@ -159,10 +159,8 @@ class RunReporter:
         tree = result.tree
         p = result.target_probs(visit.node)  # [V]
         q_of = self._draft_q(result, visit.node)
-        checks = [Check(child=c.child, token=c.token, rule=c.rule, p=c.p, q=c.q, ratio=c.ratio, u=c.u,
-                        accepted=c.accepted) for c in visit.checks]
         residual = self._top_odds(visit.left, q_of) if visit.left is not None else None
-        return WalkNode(node=visit.node, top=self._top_odds(p, q_of), checks=checks, residual_top=residual,
+        return WalkNode(node=visit.node, top=self._top_odds(p, q_of), checks=visit.checks, residual_top=residual,
                         drawn=visit.drawn)
 
     def _draft_q(self, result: VerifiedStep, node: int) -> Callable[[int], float | None]:

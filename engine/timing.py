@@ -4,7 +4,7 @@ A step's wall time splits into drafting (drafter and policy), of which the
 drafter's model forwards are a part, the target's verify forward, and the
 rest (acceptance, cache compaction, events). `Timings` is that split; the
 step events, the run's summary, what a policy observes and the benchmark's
-tallies all carry it, flat in JSON. Clocks wait for the device (engine/device.py).
+tallies all carry it, flat in JSON. Clocks wait for the device (engine/models/device.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Iterator
 import torch
 from pydantic import BaseModel
 
-from engine.device import clock
+from engine.models.device import clock
 
 
 class Timings(BaseModel):

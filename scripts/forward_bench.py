@@ -1,4 +1,4 @@
-"""Hugging Face's forward against the lean one (engine/fastlm.py) and its native kernel, interleaved in one process.
+"""Hugging Face's forward against the lean one (engine/models/fastlm.py) and its native kernel, interleaved in one process.
 
     python scripts/forward_bench.py --dtype bfloat16 --ns 1,16,64 --context 300 --rounds 12 --threads 1
 
@@ -33,9 +33,9 @@ def binary_tree(n: int, context: int):
 def main() -> None:
     from transformers import AutoModelForCausalLM
 
-    from engine.embedded import embedded_model_dir
-    from engine.fastlm import FastLM
-    from engine.lm import CachedLM
+    from engine.models.embedded import embedded_model_dir
+    from engine.models.fastlm import FastLM
+    from engine.models.lm import CachedLM
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))

@@ -11,13 +11,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from test_layers import FLOORS, floor_violations, import_graph, strongly_connected  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from test_layers import FLOORS, floor_violations, import_graph, runtime_violations, strongly_connected  # noqa: E402
 
 
 def package_of(module: str) -> str:
-    """engine.policies.talon -> engine.policies; engine.engine -> engine."""
+    """engine.policies.talon -> engine.policies; engine.policies (its __init__) -> engine.policies;
+    engine.engine -> engine."""
     parts = module.split(".")
+    if len(parts) == 2 and (ROOT.joinpath(*parts) / "__init__.py").exists():
+        return module
     return ".".join(parts[:2]) if len(parts) > 2 else parts[0]
 
 
@@ -43,7 +47,8 @@ def main() -> None:
                 print(f"  {package} -> {', '.join(below)}")
     circles = [c for c in strongly_connected(graph) if len(c) > 1]
     print(f"\n{len(graph)} modules, {sum(map(len, graph.values()))} imports, "
-          f"{len(circles)} circles, {len(floor_violations(graph))} imports up or across a floor")
+          f"{len(circles)} circles, {len(floor_violations(graph))} imports up or across a floor, "
+          f"{len(runtime_violations(graph))} from the model runtime into the algorithm")
 
 
 if __name__ == "__main__":

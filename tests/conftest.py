@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from engine.testing import tiny_engine
+from tiny_models import tiny_engine
 
 # Engines loaded by the tests (on CI's empty cache) do not measure a default policy on first load: that takes a
 # minute per dtype and would make the default depend on the machine. tests/test_default_policy.py tests it.

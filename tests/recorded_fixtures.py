@@ -22,7 +22,7 @@ import torch
 
 from engine.engine import SpecEngine
 from engine.request import GenerationRequest
-from engine.testing import tiny_engine
+from tiny_models import tiny_engine
 
 OUT = Path(__file__).resolve().parent / "js" / "recorded.mjs"
 PROMPT = "the cat sat on the mat. the cat"

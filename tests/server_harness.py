@@ -124,7 +124,7 @@ def serve_tiny_engine(port: int) -> None:
     main thread (so SIGTERM reaches uvicorn's own handler, as in production)."""
     import torch
 
-    from engine.testing import tiny_engine
+    from tiny_models import tiny_engine
 
     torch.set_num_threads(1)
     engine = tiny_engine(seed=0)

@@ -14,7 +14,7 @@ from app.serve import add_arguments, settings_from_args
 from app.settings import ServerSettings
 from engine.events import parse_event
 from engine.policies import policy_schemas
-from engine.testing import tiny_engine
+from tiny_models import tiny_engine
 
 import shipped_traces
 
@@ -99,7 +99,7 @@ def test_the_command_line_has_a_serve_subcommand():
 
 
 def test_engine_never_imports_the_web_stack():
-    code = ("import sys, engine.engine, engine.events, engine.request, engine.policies, engine.testing; "
+    code = ("import sys, engine.engine, engine.events, engine.request, engine.policies, engine.loading; "
             "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn', 'app') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

@@ -18,8 +18,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.sync.client import connect as connect_sync
 
-from engine.testing import tiny_engine
 from server_harness import server_in_thread
+from tiny_models import tiny_engine
 
 CLIENTS = 20
 SECONDS = int(os.environ.get("LOAD_SECONDS_FOR_DEBUGGING", 60))

@@ -12,7 +12,7 @@ from starlette.websockets import WebSocketDisconnect
 from app.main import create_app
 from app.security import AllowList, HostGuard
 from app.settings import ServerSettings
-from engine.testing import tiny_engine
+from tiny_models import tiny_engine
 
 RUN = {"type": "run", "prompt": "hi", "policy": "talon", "params": {"budget": 8, "top_k": 3}, "max_new_tokens": 2}
 

@@ -19,9 +19,9 @@ import pytest
 from websockets.sync.client import connect
 
 from app.settings import ServerSettings
-from engine.testing import tiny_engine
 from server_harness import (BIG_RUN, SHORT_RUN, bound_socket, frame, handshake, raw_socket, read_frame,
                             server_in_thread)
+from tiny_models import tiny_engine
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from app.main import create_app
 from app.settings import ServerSettings
 from app.ws import CLOSE_IDLE, CLOSE_TOO_MANY_CONNECTIONS
 from engine.request import GenerationRequest
-from engine.testing import tiny_engine
+from tiny_models import tiny_engine
 
 SMALL = {"policy": "talon", "params": {"budget": 8, "top_k": 3}, "max_new_tokens": 6}
 LONG = 900  # far more tokens than a test waits for, within the tiny model's context

@@ -1,14 +1,22 @@
-"""The bench's report as Spec-Bench gives it (per category, per prompt) and its charts (`--plots`)."""
+"""The bench's report as Spec-Bench gives it (per category, per prompt), its step shapes (tree sizes, per-depth
+acceptance, tokens per step), its declared types and versions, and its charts (`--plots`)."""
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
-from tools.bench import PolicySpec, Prompt, markdown_table, run_bench
+from pydantic import ValidationError
+
+from tools.bench import PolicySpec, Prompt, run_bench
 from engine.costs import CostTable
+from tools.report import REPORT_VERSION, BenchReport, CostCurve, cost_curve, read_report, report_json
+from tools.report_markdown import markdown_table
 from test_cli import run_cli, tiny_target, write_prompts  # noqa: F401  (tiny_target is a fixture)
 from tools.plots import CHARTS, nice_ticks, write_plots
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SVG = "{http://www.w3.org/2000/svg}"
 PROMPTS = [Prompt(1, "hello world", "writing"), Prompt(2, "abcabcabc", "coding"), Prompt(3, "the cat sat", "writing")]
@@ -21,52 +29,121 @@ def report(engine64):
 
 
 def test_bench_keeps_every_summary_key_and_adds_the_breakdowns(report):
-    assert report["categories"] == ["writing", "coding"]
-    for result in report["results"]:
+    assert report.categories == ["writing", "coding"]
+    for result in report.model_dump()["results"]:
         assert set(result) >= {"policy", "params", "tau", "delta", "c", "tokens_per_s", "speedup_vs_ar", "new_tokens",
                                "steps", "share_draft", "share_verify", "share_other", "share_outside_forwards",
-                               "identical_to_ar", "divergences", "by_category", "per_prompt", "tree_sizes"}
+                               "identical_to_ar", "divergences", "by_category", "per_prompt", "tree_sizes",
+                               "acceptance_by_depth", "accept_lengths"}
 
 
 def test_each_category_sums_its_own_prompt_rows(report):
-    for result in report["results"]:
-        rows = result["per_prompt"]
-        assert [row["question_id"] for row in rows] == [1, 2, 3]
-        assert [row["category"] for row in rows] == ["writing", "coding", "writing"]
-        assert sum(row["new_tokens"] for row in rows) == result["new_tokens"]
-        writing = result["by_category"]["writing"]
-        tokens = rows[0]["new_tokens"] + rows[2]["new_tokens"]
-        seconds = rows[0]["wall_s"] + rows[2]["wall_s"]
-        assert writing["prompts"] == 2 and writing["new_tokens"] == tokens
-        assert writing["tokens_per_s"] == pytest.approx(tokens / seconds)
-        if result["steps"] is not None:
-            assert writing["tau"] == pytest.approx(tokens / (rows[0]["steps"] + rows[2]["steps"]))
+    for result in report.results:
+        rows = result.per_prompt
+        assert [row.question_id for row in rows] == [1, 2, 3]
+        assert [row.category for row in rows] == ["writing", "coding", "writing"]
+        assert sum(row.new_tokens for row in rows) == result.new_tokens
+        writing = result.by_category["writing"]
+        tokens = rows[0].new_tokens + rows[2].new_tokens
+        seconds = rows[0].wall_s + rows[2].wall_s
+        assert writing.prompts == 2 and writing.new_tokens == tokens
+        assert writing.tokens_per_s == pytest.approx(tokens / seconds)
+        if result.steps is not None:
+            assert writing.tau == pytest.approx(tokens / (rows[0].steps + rows[2].steps))
         else:
-            assert writing["tau"] is None and rows[0]["tau"] is None
+            assert writing.tau is None and rows[0].tau is None
 
 
 def test_category_speedups_are_against_ar_on_the_same_prompts(report):
-    ar = report["results"][0]
-    assert ar["policy"] == "ar"
-    assert all(cat["speedup_vs_ar"] == pytest.approx(1.0) for cat in ar["by_category"].values())
-    talon = report["results"][-1]
-    for name, cat in talon["by_category"].items():
-        assert cat["speedup_vs_ar"] == pytest.approx(cat["tokens_per_s"] / ar["by_category"][name]["tokens_per_s"])
-    for mine, base in zip(talon["per_prompt"], ar["per_prompt"]):
-        assert mine["speedup_vs_ar"] == pytest.approx(mine["tokens_per_s"] / base["tokens_per_s"])
-        assert mine["identical_to_ar"] is True and mine["first_difference"] is None
+    ar = report.results[0]
+    assert ar.policy == "ar"
+    assert all(cat.speedup_vs_ar == pytest.approx(1.0) for cat in ar.by_category.values())
+    talon = report.results[-1]
+    for name, cat in talon.by_category.items():
+        assert cat.speedup_vs_ar == pytest.approx(cat.tokens_per_s / ar.by_category[name].tokens_per_s)
+    for mine, base in zip(talon.per_prompt, ar.per_prompt):
+        assert mine.speedup_vs_ar == pytest.approx(mine.tokens_per_s / base.tokens_per_s)
+        assert mine.identical_to_ar is True and mine.first_difference is None
 
 
 def test_step_shapes_account_for_every_step_and_token(report):
-    for result in report["results"]:
-        if result["steps"] is None:
-            assert result["tree_sizes"] == []
+    for result in report.results:
+        if result.steps is None:
+            assert result.tree_sizes == []
             continue
-        sizes = result["tree_sizes"]
-        assert sum(steps for _, steps, _ in sizes) == result["steps"]
-        assert sum(emitted for _, _, emitted in sizes) == result["new_tokens"]
+        sizes = result.tree_sizes
+        assert sum(steps for _, steps, _ in sizes) == result.steps
+        assert sum(emitted for _, _, emitted in sizes) == result.new_tokens
         assert [size for size, _, _ in sizes] == sorted({size for size, _, _ in sizes})
-    assert report["results"][0]["tree_sizes"] == [[0, 48, 48]]  # ar: no drafts, one token per step
+    assert report.results[0].tree_sizes == [(0, 48, 48)]  # ar: no drafts, one token per step
+
+
+def test_per_depth_acceptance_counts_every_drafting_step_and_accepted_draft(report):
+    for result in report.results:
+        if result.steps is None or result.policy == "ar":
+            continue
+        depths = result.acceptance_by_depth
+        assert [d.depth for d in depths] == list(range(1, len(depths) + 1))
+        assert depths[0].drafted == result.steps - sum(steps for size, steps, _ in result.tree_sizes if size == 0)
+        assert depths[0].reached == depths[0].drafted  # nothing above depth 1 to reject
+        for d in depths:
+            assert d.accepted <= d.reached <= d.drafted
+            assert d.rate == pytest.approx(d.accepted / d.drafted)
+            assert d.conditional_rate == pytest.approx(d.accepted / d.reached)
+        for above, below in zip(depths, depths[1:]):
+            assert below.drafted <= above.drafted and below.accepted <= above.accepted
+            assert below.reached <= above.accepted  # reaching d + 1 takes accepting d
+        # Each step emits its accepted drafts and, unless its text ended at an accepted draft, one own token.
+        accepted = sum(d.accepted for d in depths)
+        assert result.new_tokens - result.steps <= accepted <= result.new_tokens - result.steps + len(PROMPTS)
+
+
+def test_tokens_per_step_histogram_counts_the_bonus_and_sums_to_the_run(report):
+    for result in report.results:
+        if result.steps is None:
+            assert result.accept_lengths == [] and result.acceptance_by_depth == []
+            continue
+        lengths = result.accept_lengths
+        assert sum(steps for _, steps in lengths) == result.steps
+        assert sum(tokens * steps for tokens, steps in lengths) == result.new_tokens
+        assert [tokens for tokens, _ in lengths] == sorted(tokens for tokens, _ in lengths)
+    ar = report.result("ar")
+    assert ar.accept_lengths == [(1, 48)] and ar.acceptance_by_depth == []  # ar's one token is its own
+
+
+def test_the_report_round_trips_through_its_json_with_its_version(report):
+    text = report_json(report)
+    assert json.loads(text)["report_version"] == REPORT_VERSION
+    assert list(json.loads(text))[0] == "report_version"
+    assert BenchReport.model_validate_json(text) == report
+
+
+def test_a_current_report_without_its_step_shapes_is_refused(report):
+    data = json.loads(report_json(report))
+    del data["results"][1]["acceptance_by_depth"]
+    with pytest.raises(ValidationError, match="per-depth acceptance"):
+        BenchReport.model_validate(data)
+    data["report_version"] = REPORT_VERSION + 1
+    with pytest.raises(ValidationError, match="report_version"):
+        BenchReport.model_validate(data)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "static" / "results").glob("*.json")), ids=lambda path: path.name)
+def test_every_shipped_report_parses_under_the_declared_types(path):
+    report = read_report(path)
+    assert json.loads(path.read_text())["report_version"] == report.report_version
+    assert report.result("ar").speedup_vs_ar == pytest.approx(1.0)
+    if report.report_version == 1:  # benchmarked before per-depth acceptance was kept
+        assert all(r.acceptance_by_depth is None and r.accept_lengths is None for r in report.results)
+
+
+def test_a_report_without_a_version_reads_as_version_one():
+    data = json.loads(sorted((ROOT / "static" / "results").glob("*.json"))[0].read_text())
+    data.pop("report_version")
+    for result in data["results"]:
+        result.pop("acceptance_by_depth", None)
+        result.pop("accept_lengths", None)
+    assert BenchReport.model_validate(data).report_version == 1
 
 
 def test_results_md_reads_per_category_and_per_prompt(report):
@@ -96,35 +173,36 @@ def test_bench_plots_writes_charts_that_parse_and_carry_the_results(tiny_target,
                            "--out", str(tmp_path / "out"), "--plots", "--note", "a tiny random model")
     assert code == 0 and "4 charts" in out
     folder = tmp_path / "out"
-    report = json.loads((folder / "results.json").read_text())
+    report = read_report(folder / "results.json")
     markdown = (folder / "results.md").read_text()
-    assert report["note"] == "a tiny random model" and "Note: a tiny random model" in markdown
+    assert report.note == "a tiny random model" and "Note: a tiny random model" in markdown
+    assert json.loads((folder / "results.json").read_text())["report_version"] == REPORT_VERSION
     for name, title in CHARTS:
         assert f"![{title}]({name})" in markdown
         parse_svg(folder / name)
 
     bars = {bar.get("data-policy"): float(bar.get("data-value")) for bar in marks(parse_svg(folder / "speedup.svg"), "rect")}
-    assert bars == {r["policy"]: pytest.approx(r["speedup_vs_ar"], abs=0.005) for r in report["results"]}
+    assert bars == {r.policy: pytest.approx(r.speedup_vs_ar, abs=0.005) for r in report.results}
 
     taus = marks(parse_svg(folder / "tau-by-category.svg"), "rect")
-    talon = next(r for r in report["results"] if r["policy"] == "talon")
+    talon = report.result("talon")
     assert {(bar.get("data-policy"), bar.get("data-category")) for bar in taus} == {
         (policy, "t") for policy in ("chain", "talon")}
     assert float(next(b for b in taus if b.get("data-policy") == "talon").get("data-value")) == pytest.approx(
-        talon["by_category"]["t"]["tau"], abs=0.005)
+        talon.by_category["t"].tau, abs=0.005)
 
     points = [p for p in marks(parse_svg(folder / "tau-vs-tree-size.svg"), "circle") if p.get("data-policy") == "talon"]
-    assert sum(int(p.get("data-steps")) for p in points) == talon["steps"]
+    assert sum(int(p.get("data-steps")) for p in points) == talon.steps
 
     costs = marks(parse_svg(folder / "cost-curve.svg"), "circle")  # the engine's table, assumed where unmeasured
-    assert len(costs) == len(report["cost_curve"]["ns"]) * len(report["cost_curve"]["contexts"])
+    assert len(costs) == len(report.cost_curve.ns) * len(report.cost_curve.contexts)
 
 
 def test_cost_curve_chart_draws_time_of_n_over_one_per_context(report, tmp_path):
     table = CostTable.linear(2.0, 10.0, ns=(1, 2, 4, 8), contexts=(128, 512))
-    with_costs = {**report, "cost_curve": {"source": "synthetic", "device": "x", "dtype": "y", "ns": table.ns,
-                                           "contexts": table.contexts, "ms": table.target.ms[0],
-                                           "ratio": [[ms / row[0] for ms in row] for row in table.target.ms[0]]}}
+    with_costs = report.model_copy(update={"cost_curve": CostCurve(
+        source="synthetic", device="x", dtype="y", ns=list(table.ns), contexts=list(table.contexts),
+        ms=table.target.ms[0], ratio=[[ms / row[0] for ms in row] for row in table.target.ms[0]])})
     write_plots(with_costs, tmp_path)
     points = marks(parse_svg(tmp_path / "cost-curve.svg"), "circle")
     assert len(points) == 8
@@ -133,11 +211,9 @@ def test_cost_curve_chart_draws_time_of_n_over_one_per_context(report, tmp_path)
 
 
 def test_bench_reads_the_cost_curve_the_engine_holds(engine64):
-    from tools.bench import cost_curve
-
     curve = cost_curve(CostTable.linear(1.0, 3.0, ns=(1, 4), contexts=(64,)))
-    assert curve["ratio"] == [[1.0, 7 / 4]] and curve["source"] == "synthetic"
-    assert cost_curve(engine64.costs)["source"] == engine64.costs.target.source
+    assert curve.ratio == [[1.0, 7 / 4]] and curve.source == "synthetic"
+    assert cost_curve(engine64.costs).source == engine64.costs.target.source
 
 
 def test_ticks_are_round_and_cover_the_range():
@@ -151,6 +227,8 @@ def test_worked_examples_in_docstrings_hold():
 
     import tools.bench
     import tools.plots
+    import tools.report
 
     assert doctest.testmod(tools.bench).failed == 0
     assert doctest.testmod(tools.plots).failed == 0
+    assert doctest.testmod(tools.report).failed == 0

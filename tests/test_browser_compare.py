@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-import shipped_traces
 from browser_harness import ARTIFACTS, ROOT, checked_page, served
+import shipped_traces
 
 pytestmark = pytest.mark.slow
 
@@ -340,17 +340,34 @@ def test_results_page_draws_its_charts_from_shipped_results(page, replay_url):
     assert page.locator("[data-testid=results-table] tbody tr").count() == len(report["results"])
 
 
-def test_results_page_draws_a_results_json_the_user_opens(page, replay_url, tmp_path):
+@pytest.fixture(scope="module")
+def fresh_report():
+    """A current bench report from a tiny random model: every field the page draws, per-depth acceptance included."""
     import torch
 
     from tools.bench import PolicySpec, Prompt, run_bench
-    from engine.testing import tiny_engine
+    from tiny_models import tiny_engine
 
     engine = tiny_engine(dtype=torch.float64)
     prompts = [Prompt(1, "hello world", "writing"), Prompt(2, "abcabc", "coding")]
-    report = run_bench(engine, prompts, [PolicySpec.parse(t) for t in ("chain", "talon:mu=0.2")], 12, progress=False)
+    return run_bench(engine, prompts, [PolicySpec.parse(t) for t in ("chain", "talon:mu=0.2")], 12, progress=False)
+
+
+def open_report(page, replay_url, report, path) -> None:
+    from tools.report import report_json
+
+    path.write_text(report_json(report))
+    page.goto(f"{replay_url}/results")
+    page.wait_for_selector("[data-testid=results-chart] [data-policy]")
+    page.set_input_files("[data-testid=results-upload]", str(path))
+    page.wait_for_function(f"() => document.querySelector('[data-testid=results-status]').textContent.includes('{path.name}')")
+
+
+def test_results_page_draws_a_results_json_the_user_opens(page, replay_url, tmp_path, fresh_report):
+    from tools.report import report_json
+
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(report))
+    path.write_text(report_json(fresh_report))
     page.goto(f"{replay_url}/results")
     page.wait_for_selector("[data-testid=results-chart] [data-policy]")
     page.set_input_files("[data-testid=results-upload]", str(path))
@@ -365,6 +382,57 @@ def test_results_page_draws_a_results_json_the_user_opens(page, replay_url, tmp_
     page.set_input_files("[data-testid=results-upload]", str(wrong))
     page.wait_for_function("() => document.querySelector('[data-testid=results-status]').classList.contains('error')")
     assert "results" in page.inner_text("[data-testid=results-status]")
+
+
+@pytest.fixture
+def downloading_page(browser):
+    with checked_page(browser, {"width": 1440, "height": 900}, accept_downloads=True) as page:
+        yield page
+
+
+def test_results_page_shows_per_depth_acceptance_the_histogram_and_the_time_split_of_a_current_report(
+        downloading_page, replay_url, tmp_path, fresh_report):
+    page = downloading_page
+    open_report(page, replay_url, fresh_report, tmp_path / "fresh.json")
+    assert "Report version 2" in page.inner_text("[data-testid=results-version]")
+    talon = fresh_report.result("talon:mu=0.2")
+    dots = page.locator("svg[data-testid=acceptance-by-depth] circle[data-policy='talon:mu=0.2']")
+    drawn = {int(dot.get_attribute("data-depth")): float(dot.get_attribute("data-value")) for dot in dots.all()}
+    assert drawn == {d.depth: pytest.approx(d.conditional_rate, abs=0.0005) for d in talon.acceptance_by_depth
+                     if d.conditional_rate is not None}
+    bars = page.locator("svg[data-testid=accept-length-histogram] rect[data-policy='talon:mu=0.2']").all()
+    assert {int(b.get_attribute("data-tokens")): int(b.get_attribute("data-steps")) for b in bars} == dict(
+        talon.accept_lengths)
+    assert "bonus" in page.inner_text("figure:has([data-testid=accept-length-histogram])")
+    parts = page.locator("svg[data-testid=results-time-split] rect[data-policy='talon:mu=0.2']").all()
+    assert [p.get_attribute("data-part") for p in parts] == ["draft", "verify", "other"]
+    assert sum(float(p.get_attribute("data-value")) for p in parts) == pytest.approx(1.0, abs=0.002)
+    heads = page.locator("[data-testid=results-categories] thead th").all_inner_texts()
+    assert [h.split("\n")[-1] for h in heads[1:]] == ["n = 1", "n = 1", "n = 2"]
+
+    with page.expect_download() as csv_download:
+        page.click("[data-testid=results-export-csv]")
+    lines = open(csv_download.value.path(), encoding="utf-8").read().splitlines()
+    assert csv_download.value.suggested_filename == "fresh.csv" and lines[0] == "policy,scope,key,metric,value"
+    assert f"talon:mu=0.2,tokens_per_step,{talon.accept_lengths[0][0]},steps,{talon.accept_lengths[0][1]}" in lines
+    with page.expect_download() as svg_download:
+        page.click("[data-testid=chart-export-svg][data-chart=acceptance-by-depth]")
+    exported = open(svg_download.value.path(), encoding="utf-8").read()
+    assert svg_download.value.suggested_filename == "fresh-acceptance-by-depth.svg"
+    assert exported.startswith("<svg") and "Acceptance by depth" in exported and "data-depth" in exported
+    with page.expect_download() as png_download:
+        page.click("[data-testid=chart-export-png][data-chart=accept-length-histogram]")
+    assert open(png_download.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_results_page_says_when_a_report_predates_per_depth_acceptance(page, replay_url):
+    page.goto(f"{replay_url}/results")
+    page.wait_for_selector("[data-testid=results-chart] [data-policy]")
+    assert "predates" not in page.inner_text("[data-testid=results-status]")
+    assert "before the bench kept per-depth acceptance" in page.inner_text("[data-testid=results-version]")
+    for testid in ("acceptance-by-depth", "accept-length-histogram"):
+        assert "predates" in page.text_content(f"svg[data-testid={testid}] .note")
+    assert page.locator("svg[data-testid=results-time-split] rect[data-part]").count() > 0
 
 
 # ---------------------------------------------------------------- every size

@@ -18,9 +18,9 @@ from engine.policies import POLICIES, make_policy
 from engine.policies.base import Pool, PolicyContext, StepOutcome
 from engine.policies.cast import CastPolicy, marginal_walk
 from engine.policies.eagle import EaglePolicy
-from engine.testing import StubDrafter
 from engine.timing import Timings
 from engine.tree import DraftTree
+from tiny_models import StubDrafter
 
 PEAKED = [0.9, 0.05, 0.02, 0.01, 0.01, 0.005, 0.003, 0.001, 0.0005, 0.0005]  # low entropy
 FLAT = [0.1] * 10  # high entropy

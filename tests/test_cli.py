@@ -4,11 +4,13 @@ import json
 
 import pytest
 
-from tools.bench import PolicySpec, markdown_table, read_prompts, run_bench
 from cli.main import main
-from engine.events import read_trace
 from engine.errors import RequestError
-from engine.testing import tiny_llama
+from engine.events import read_trace
+from tiny_models import tiny_llama
+from tools.bench import PolicySpec, read_prompts, run_bench
+from tools.report import read_report
+from tools.report_markdown import markdown_table
 from test_engine_behaviour import word_tokenizer
 
 WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(2, 260)]
@@ -86,24 +88,23 @@ def test_bench_compares_every_policy_with_ar_on_the_same_prompts(engine64, tmp_p
     assert [p.text for p in prompts] == ["hello world", "abcabcabc"]
     specs = [PolicySpec.parse(text) for text in ("chain", "talon", "talon:mu=0.2")]
     report = run_bench(engine64, prompts, specs, max_new_tokens=16, progress=False)
-    labels = [r["policy"] for r in report["results"]]
+    labels = [r.policy for r in report.results]
     assert labels == ["ar", "chain", "talon", "talon:mu=0.2"]
-    for result in report["results"]:
-        assert result["identical_to_ar"] is True and result["divergences"] == []
-        assert result["new_tokens"] == 32
-        assert result["speedup_vs_ar"] > 0
-    assert report["results"][0]["tau"] == 1.0 and report["results"][0]["delta"] == 0.0
-    assert report["results"][3]["params"]["mu"] == 0.2
+    for result in report.results:
+        assert result.identical_to_ar is True and result.divergences == []
+        assert result.new_tokens == 32
+        assert result.speedup_vs_ar > 0
+    assert report.results[0].tau == 1.0 and report.results[0].delta == 0.0
+    assert report.results[3].params["mu"] == 0.2
 
 
 def test_bench_runs_hugging_face_baselines_beside_the_policies(engine64, tmp_path):
     write_prompts(tmp_path / "q.jsonl", ["hello world", "abcabcabc"])
     specs = [PolicySpec.parse(text) for text in ("hf-generate", "hf-prompt-lookup", "talon")]
     report = run_bench(engine64, read_prompts(tmp_path / "q.jsonl"), specs, max_new_tokens=16, progress=False)
-    by_label = {r["policy"]: r for r in report["results"]}
     for name in ("hf-generate", "hf-prompt-lookup"):
-        assert by_label[name]["identical_to_ar"] is True and by_label[name]["new_tokens"] == 32
-        assert by_label[name]["tau"] is None and by_label[name]["tokens_per_s"] > 0
+        assert report.result(name).identical_to_ar is True and report.result(name).new_tokens == 32
+        assert report.result(name).tau is None and report.result(name).tokens_per_s > 0
     assert "| hf-generate | — | — | — |" in markdown_table(report)
     with pytest.raises(RequestError, match="no parameters"):
         PolicySpec.parse("hf-generate:x=1")
@@ -126,7 +127,7 @@ def test_bench_cli_writes_markdown_and_json(tiny_target, capsys, tmp_path):
     report = json.loads((tmp_path / "out" / "results.json").read_text())
     assert set(report) >= {"target", "draft", "device", "dtype", "prompts", "max_new_tokens", "temperature",
                            "results"}
-    assert [r["identical_to_ar"] for r in report["results"]] == [True, True, True]
+    assert [r.identical_to_ar for r in read_report(tmp_path / "out" / "results.json").results] == [True, True, True]
     assert "| talon |" in (tmp_path / "out" / "results.md").read_text() and "| talon |" in out
 
 

@@ -19,7 +19,7 @@ import uvicorn
 
 from app.main import create_app
 from app.settings import ServerSettings
-from engine.testing import tiny_engine
+from tiny_models import tiny_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_SERVER = ROOT / "scripts" / "check_server.py"

@@ -12,12 +12,15 @@ from engine.request import GenerationRequest
 from test_cli import run_cli, tiny_target, write_prompts  # noqa: F401 (fixture)
 from tools.bench import PolicySpec, fastest_policy, read_prompts, record_default, run_bench
 from tools.profile import _keep_recorded_default
+from tools.report import BenchReport, PolicyResult, read_report
 
 
-def report_with(speeds: dict[str, float]) -> dict:
-    results = [{"policy": name, "tokens_per_s": tps, "speedup_vs_ar": tps / speeds["ar"], "tau": 1.0}
+def report_with(speeds: dict[str, float]) -> BenchReport:
+    """A report that holds only what choosing the default reads: every policy's tokens/s and speedup."""
+    results = [PolicyResult.model_construct(policy=name, tokens_per_s=tps, speedup_vs_ar=tps / speeds["ar"], tau=1.0)
                for name, tps in speeds.items()]
-    return {"results": results, "prompts": 8, "max_new_tokens": 96, "drafter": "hybrid", "source": "q.jsonl"}
+    return BenchReport.model_construct(results=results, prompts=8, max_new_tokens=96, drafter="hybrid",
+                                       source="q.jsonl")
 
 
 def test_the_fastest_engine_policy_with_default_parameters_is_chosen():
@@ -38,7 +41,7 @@ def test_a_recorded_default_is_saved_with_the_cost_table_and_used_by_requests_wi
     write_prompts(tmp_path / "q.jsonl", ["hello world", "abcabcabc"])
     report = run_bench(engine64, read_prompts(tmp_path / "q.jsonl"), [PolicySpec.parse(p) for p in ("chain", "eagle")],
                        max_new_tokens=12, progress=False)
-    report["source"] = "q.jsonl"
+    report.source = "q.jsonl"
     saved_context = engine64.context
     try:
         engine64.context = PolicyContext(costs=CostTable.linear(1.6, 42.0))
@@ -77,7 +80,7 @@ def test_cli_generate_and_bench_say_which_default_they_used(tiny_target, capsys,
                            "--target", tiny_target, "--dtype", "float32", "--cost-table", str(table),
                            "--out", str(tmp_path / "out2"))
     assert code == 0 and f"policies: ar and the default, {chosen}: measured fastest" in out
-    labels = [r["policy"] for r in json.loads((tmp_path / "out2" / "results.json").read_text())["results"]]
+    labels = [r.policy for r in read_report(tmp_path / "out2" / "results.json").results]
     assert labels == list(dict.fromkeys(["ar", chosen]))
     code, out, _ = run_cli(capsys, "generate", "w5 w6 w7", "--target", tiny_target, "--dtype", "float32",
                            "--max-new-tokens", "8", "--cost-table", str(table), "--json")

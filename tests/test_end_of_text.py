@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 
-import engine.engine as engine_module
-import shipped_traces
-from engine.codec import ByteCodec
 from engine.drafters.suffix import SuffixDrafter
+import engine.engine as engine_module
 from engine.engine import SpecEngine
 from engine.events import Verification, WalkNode
+from engine.models.codec import ByteCodec
 from engine.request import GenerationRequest
-from engine.testing import TINY_EOS, TINY_VOCAB, CopyLM, tiny_engine
+import shipped_traces
+from tiny_models import TINY_EOS, TINY_VOCAB, CopyLM, tiny_engine
 
 COPY_TEXT = "".join(chr(c) for c in random.Random(2).sample(range(33, 127), 40))  # distinct characters
 COPY_PROMPT = "Copy: " + COPY_TEXT + " |" + COPY_TEXT[0]  # CopyLM copies the text on from its first character

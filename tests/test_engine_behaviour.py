@@ -7,15 +7,15 @@ from transformers import PreTrainedTokenizerFast
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from conftest import random_prompts
-from engine.codec import ByteCodec
 from engine.engine import SpecEngine
-from engine.events import TraceWriter, read_trace
 from engine.errors import LoadError, RequestError
+from engine.events import TraceWriter, read_trace
 from engine.loading import load_engine
+from engine.models.codec import ByteCodec
 from engine.options import EngineOptions
 from engine.policies import POLICIES
 from engine.request import MIN_TEMPERATURE, GenerationRequest
-from engine.testing import tiny_llama
+from tiny_models import tiny_llama
 
 
 def with_eos(engine: SpecEngine, eos: int) -> SpecEngine:

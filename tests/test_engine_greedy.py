@@ -6,7 +6,7 @@ import torch
 from conftest import random_prompts
 from engine.policies import POLICIES
 from engine.request import GenerationRequest
-from engine.testing import TINY_EOS
+from tiny_models import TINY_EOS
 
 PROMPTS = random_prompts(20, seed=1)
 NEW_TOKENS = 64

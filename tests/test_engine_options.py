@@ -12,7 +12,7 @@ from app.serve import add_arguments as add_serve_arguments
 from app.settings import ServerSettings
 from cli.main import build_parser
 from engine.options import EngineOptions
-from engine.testing import tiny_engine
+from tiny_models import tiny_engine
 from test_cli import run_cli, tiny_target  # noqa: F401  (a fixture)
 
 ENGINE_FLAGS = {"--target", "--draft", "--head", "--drafter", "--dtype", "--device", "--cost-table"}

@@ -1,4 +1,4 @@
-"""The lean forward (engine/fastlm.py) computes what Hugging Face's forward computes, call for call."""
+"""The lean forward (engine/models/fastlm.py) computes what Hugging Face's forward computes, call for call."""
 
 import copy
 import warnings
@@ -7,10 +7,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from engine.fastlm import FastLM, causal_lm
-from engine.lm import CachedLM
-from engine.testing import tiny_llama
+from engine.models.base import LanguageModel
+from engine.models.fastlm import FastLM, causal_lm
+from engine.models.lm import CachedLM
 from engine.tree import path_to, position_ids, tree_attention_allowed
+from tiny_models import tiny_llama
 from test_verification import random_tree, sequential_logits
 
 EXACT = 1e-9  # float64: the same operations in the same order, so in practice 0
@@ -142,11 +143,17 @@ def test_the_plain_forward_can_be_asked_for(monkeypatch):
     assert type(causal_lm(tiny_llama(seed=0))) is CachedLM
 
 
+def test_both_forwards_are_language_models_the_engine_can_verify_with():
+    plain, lean = pair()
+    assert isinstance(plain, LanguageModel) and isinstance(lean, LanguageModel)
+    assert (plain.forward_name, lean.forward_name) == ("plain", "lean")
+
+
 @pytest.mark.slow
 def test_lean_forward_equals_hugging_face_on_the_real_model_in_float32():
     from transformers import AutoModelForCausalLM
 
-    from engine.embedded import embedded_model_dir
+    from engine.models.embedded import embedded_model_dir
 
     model = AutoModelForCausalLM.from_pretrained(str(embedded_model_dir()), dtype=torch.float32).eval()
     plain, lean = CachedLM(model), FastLM(model)

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from engine.fastlm import FastLM
-from engine.floors import measure_gemm_gflops, measure_read_gb_s, model_floors
-from engine.testing import tiny_llama
+from engine.models.fastlm import FastLM
+from tiny_models import tiny_llama
+from tools.floors import measure_gemm_gflops, measure_read_gb_s, model_floors
 
 
 def param_bytes(model) -> int:

@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.drafters.eagle_head import EagleHeadDrafter
-from engine.head import Eagle3Head, head_config, load_head, resolve_head_dir, save_head, set_vocab_map
+from engine.models.head import Eagle3Head, head_config, load_head, resolve_head_dir, save_head, set_vocab_map
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
 
@@ -259,7 +259,7 @@ def test_sampled_children_come_with_their_distribution():
 
 def test_head_and_hybrid_drafters_share_one_loaded_head(tmp_path):
     from engine.loading import head_drafters
-    from engine.head import shipped_head_dir
+    from engine.models.head import shipped_head_dir
 
     target = tiny_target()
     save_head(tiny_head(target), tmp_path)

@@ -6,18 +6,18 @@ import pytest
 import torch
 
 from conftest import random_prompts
-from engine.codec import ByteCodec
 from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.drafters.hybrid import MATCH, HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.engine import SpecEngine
-from engine.head import Eagle3Head, head_config, set_vocab_map
-from engine.lm import CachedLM
+from engine.models.codec import ByteCodec
+from engine.models.head import Eagle3Head, head_config, set_vocab_map
+from engine.models.lm import CachedLM
 from engine.policies import POLICIES
 from engine.request import GenerationRequest
 from engine.sampling import SamplingParams
-from engine.testing import TINY_EOS, TINY_VOCAB, tiny_llama
 from engine.tree import DraftTree
+from tiny_models import TINY_EOS, TINY_VOCAB, tiny_llama
 
 PROMPTS = random_prompts(2, seed=3) + ["the cat the cat the"]
 NEW_TOKENS = 16

@@ -14,6 +14,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOORS = {"engine": 0, "tools": 1, "app": 1, "cli": 2}
+# The model runtime's wing: it runs forwards and knows nothing of drafting, policies or acceptance; of the
+# rest of the engine it reads only the errors it raises and the tree mask's bias.
+RUNTIME = "engine.models"
+RUNTIME_READS = {"engine.errors", "engine.tree"}
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -59,9 +63,20 @@ def floor_violations(graph: dict[str, set[str]]) -> list[str]:
     return sorted(wrong)
 
 
+def runtime_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from the model runtime's wing into the engine's other rooms, beyond RUNTIME_READS."""
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() if module.startswith(RUNTIME)
+                  for target in targets if not target.startswith(RUNTIME) and target not in RUNTIME_READS)
+
+
 def test_no_import_runs_up_a_floor_or_across_between_tools_and_app():
     wrong = floor_violations(import_graph())
     assert not wrong, "imports that run up or across a floor:\n" + "\n".join(wrong)
+
+
+def test_the_model_runtime_imports_nothing_of_the_decoding_algorithm():
+    wrong = runtime_violations(import_graph())
+    assert not wrong, "the model runtime reaching into the engine's algorithm:\n" + "\n".join(wrong)
 
 
 def test_no_modules_import_each_other_in_a_circle():

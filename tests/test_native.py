@@ -1,4 +1,4 @@
-"""The native bfloat16 kernel (engine/native/forward.c): as close to float32 as torch's bfloat16 forward,
+"""The native bfloat16 kernel (engine/models/native/forward.c): as close to float32 as torch's bfloat16 forward,
 a token's logits independent of the tokens beside it (so every policy is greedy-identical to ar in
 bfloat16 too), and a clear fallback where it cannot run.
 
@@ -18,12 +18,12 @@ import pytest
 import torch
 
 from conftest import random_prompts
-from engine import native
-from engine.fastlm import FastLM, causal_lm
+from engine.models import native
+from engine.models.fastlm import FastLM, causal_lm
 from engine.policies import POLICIES
 from engine.request import GenerationRequest
-from engine.testing import tiny_engine, tiny_llama
 from engine.tree import path_to, position_ids, tree_attention_allowed
+from tiny_models import tiny_engine, tiny_llama
 from test_verification import random_tree
 
 HIDDEN = 128  # head size 32: the kernel's smallest block
@@ -264,7 +264,7 @@ def smol_bf16():
 @pytest.mark.slow
 @needs_kernel
 def test_on_the_real_model_the_kernel_is_as_close_to_float32_as_torchs_bfloat16(smol_bf16, kernel_path):
-    from engine.fastlm import FastLM
+    from engine.models.fastlm import FastLM
 
     model = smol_bf16.target.model
     kernel, torch_ops = smol_bf16.target, FastLM(model, kernel=False)
@@ -324,7 +324,7 @@ def test_on_the_real_model_a_61_node_tree_gives_each_node_its_paths_logits_bit_f
 
 @needs_kernel
 def test_the_heads_draft_step_in_the_kernel_drafts_as_its_torch_modules_do(kernel_path):
-    """One C call per head forward (engine/native: head_step) against the head's own torch modules, in
+    """One C call per head forward (engine/models/native: head_step) against the head's own torch modules, in
     bfloat16 on the same weights: the root with pending pairs, a layer of siblings, a deeper node, a
     commit, and the next step's root agree to bfloat16 rounding, and so do the proposals."""
     from engine.drafters.eagle_head import EagleHeadDrafter

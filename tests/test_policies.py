@@ -4,13 +4,13 @@ import random
 
 import pytest
 
-from engine.errors import RequestError
-from engine.policies import POLICIES, make_policy
 from engine.drafters.base import Proposal
 from engine.drafting import grow_tree, pool_from
+from engine.errors import RequestError
+from engine.policies import POLICIES, make_policy
 from engine.policies.base import Pool, rerank_top
-from engine.testing import StubDrafter
 from engine.tree import DraftTree
+from tiny_models import StubDrafter
 
 
 def pool_under(tree: DraftTree, frontier: list[int], qs: list[list[float]], depth: int) -> Pool:

@@ -10,9 +10,9 @@ import torch
 
 from engine.costs import CostTable, costs_note, resolve_costs
 from engine.errors import LoadError
-from engine.fastlm import causal_lm
-from engine.lm import CachedLM
-from engine.testing import tiny_llama
+from engine.models.fastlm import causal_lm
+from engine.models.lm import CachedLM
+from tiny_models import tiny_engine, tiny_llama
 from tools.profile import Grid, add_arguments, command, floor_lines, grid_from_args, profile
 
 SMALL = Grid(ns=(1, 8, 64, 256), contexts=(32, 64), batches=(1, 2), repeats=3, warmup=1)
@@ -123,6 +123,14 @@ def test_a_run_reads_the_named_table_else_the_saved_one_else_assumed_costs_it_sa
     with pytest.raises(LoadError) as err:
         resolve_costs(tmp_path / "missing.json", saved)
     assert err.value.field == "cost_table"
+
+
+def test_the_engine_names_the_path_its_profiled_table_is_saved_at_and_read_from(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path))
+    engine = tiny_engine()
+    table = profile(engine.target, None, Grid(ns=(1, 2), contexts=(32,), batches=(1,), repeats=1, warmup=0),
+                    progress=False, floors=False)
+    assert engine.cost_table_path == tmp_path / "costs" / f"{table.key}.json"
 
 
 def test_cli_grid_rounds_contexts_to_the_step_and_caps_n():

@@ -21,7 +21,7 @@ from engine import acceptance
 from engine.policies import POLICIES
 from engine.request import GenerationRequest
 from engine.sampling import SamplingParams, probs_from_logits
-from engine.testing import SampledTreePolicy, SymbolCodec, tiny_engine
+from tiny_models import SampledTreePolicy, SymbolCodec, tiny_engine
 
 VOCAB = 4
 EOS = VOCAB - 1

@@ -8,19 +8,19 @@ from collections import Counter
 import pytest
 import torch
 
-from engine.codec import ByteCodec
+from engine.costs import CostTable
 from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.suffix import PRIOR_TRUST, SuffixDrafter, SuffixIndex, TrustByLength
 from engine.drafting import grow_tree
 from engine.engine import SpecEngine
-from engine.costs import CostTable
+from engine.models.codec import ByteCodec
 from engine.policies import POLICIES, make_policy
 from engine.policies.base import PolicyContext
 from engine.request import GenerationRequest
 from engine.sampling import SamplingParams
-from engine.testing import TINY_EOS, TINY_VOCAB, CopyLM, tiny_llama
 from engine.tree import DraftTree
+from tiny_models import TINY_EOS, TINY_VOCAB, CopyLM, tiny_llama
 from test_hybrid import random_head
 
 

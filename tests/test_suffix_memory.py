@@ -20,12 +20,12 @@ from engine.drafters.suffix import COUNT_CAP, MEMORY, SuffixDrafter, SuffixIndex
 from engine.drafting import grow_tree
 from engine.engine import SpecEngine
 from engine.errors import LoadError
-from engine.head import Eagle3Head, head_config
-from engine.lm import CachedLM
+from engine.models.head import Eagle3Head, head_config
+from engine.models.lm import CachedLM
 from engine.policies import POLICIES, make_policy
 from engine.request import GenerationRequest
 from engine.sampling import SamplingParams
-from engine.testing import SymbolCodec, tiny_engine, tiny_llama
+from tiny_models import SymbolCodec, tiny_engine, tiny_llama
 from engine.tree import DraftTree
 from test_sampling_distribution import EOS, P_FLOOR, PROMPT, TOKENS, VOCAB, chi_square_p, exact_joint
 

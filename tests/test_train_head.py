@@ -7,10 +7,10 @@ import json
 import torch
 
 from engine.drafters.eagle_head import EagleHeadDrafter
-from engine.head import load_head
-from engine.tree import DraftTree
+from engine.models.head import load_head
 from engine.sampling import SamplingParams
-from engine.testing import TINY_EOS, tiny_llama
+from engine.tree import DraftTree
+from tiny_models import TINY_EOS, tiny_llama
 from tools.train_head import TrainHeadOptions, export_ids, model_card, rebuild_from_ids, train_head
 from tools.training.objective import make_batch, unroll
 from tools.training.selfdistill import (MAGPIE_FIRST_ID, GenerationPlan, Sample, extract, is_held_out,

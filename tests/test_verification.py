@@ -2,9 +2,9 @@
 
 import torch
 
-from engine.lm import CachedLM
-from engine.testing import tiny_llama
+from engine.models.lm import CachedLM
 from engine.tree import DraftTree, path_to, position_ids, root_to_leaf_paths, tree_attention_allowed
+from tiny_models import tiny_llama
 
 
 def random_tree(size: int, vocab: int, seed: int) -> DraftTree:

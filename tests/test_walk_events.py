@@ -10,7 +10,7 @@ import torch
 import engine.engine as engine_module
 from engine.events import Verification, parse_event
 from engine.request import GenerationRequest
-from engine.testing import tiny_engine
+from tiny_models import tiny_engine
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,12 @@ As Spec-Bench does, the report breaks every policy down by prompt category
 (tokens/s, speedup and τ over that category's prompts) and keeps the per-prompt
 rows behind them. It also keeps, per policy, how many tokens each verified tree
 size emitted (step counts and emitted sums per size: a few hundred numbers at
-most), and the engine's cost table's curve, so that the charts (`--plots`,
-tools/plots.py) need nothing but results.json.
+most), per-depth acceptance and tokens per step from the same step records, and
+the engine's cost table's curve, so that the charts (`--plots`, tools/plots.py)
+need nothing but results.json.
+
+This module runs the bench; the report's records and summaries are tools/report.py,
+its markdown tools/report_markdown.py.
 """
 
 from __future__ import annotations
@@ -29,8 +33,7 @@ from typing import Any, NamedTuple
 import torch
 from tqdm import tqdm
 
-from engine.costs import CostTable, record_fastest, saved_table_path
-from engine.device import device_name
+from engine.costs import record_fastest
 from engine.engine import SpecEngine
 from engine.errors import RequestError
 from engine.events import RunFinished, StepMetrics
@@ -41,6 +44,9 @@ from engine.request import GenerationRequest
 from engine.timing import Timings
 from tools.hf_baseline import is_hf_baseline, run_hf_baseline
 from tools.plots import write_plots
+from tools.report import (REPORT_VERSION, BenchReport, Breakdown, Divergence, PolicyResult, broken_down, cost_curve,
+                          report_json)
+from tools.report_markdown import markdown_table
 
 
 @dataclass
@@ -113,23 +119,6 @@ class Prompt(NamedTuple):
     category: str = ""
 
 
-@dataclass
-class Breakdown:
-    """What the bench keeps of one policy beyond its totals: a row per prompt and the step shapes."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    tree_sizes: dict[int, list[int]] = field(default_factory=dict)  # verified tree size -> [steps, emitted]
-
-    def add_row(self, prompt: Prompt, tokens: list[int], wall_s: float, steps: int | None) -> None:
-        self.rows.append({"question_id": prompt.question_id, "category": prompt.category, "new_tokens": len(tokens),
-                          "steps": steps, "wall_s": wall_s})
-
-    def add_step(self, step: StepMetrics) -> None:
-        counts = self.tree_sizes.setdefault(step.tree_size, [0, 0])
-        counts[0] += 1
-        counts[1] += step.emitted
-
-
 SHIPPED_PROMPTS = Path(__file__).parent / "data" / "prompts" / "prompts.jsonl"
 HELD_OUT_SHARE = 0.05  # the share train-head never trains on
 
@@ -173,7 +162,7 @@ def _round_robin(groups: list[list[Any]]) -> list[Any]:
 
 def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs: list[PolicySpec],
               max_new_tokens: int, temperature: float = 0.0, seed: int = 0, drafter: str | None = None,
-              progress: bool = True) -> dict[str, Any]:
+              progress: bool = True) -> BenchReport:
     """Runs every spec on every prompt (`ar` added first if missing) and summarises against `ar`."""
     prompts = [Prompt(*prompt) for prompt in prompts]
     if not any(spec.policy == "ar" for spec in specs):
@@ -189,7 +178,7 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
             if tally.external:
                 tokens, wall_s = run_hf_baseline(engine, tally.spec.policy, prompt.text, max_new_tokens)
                 tally.add_external(prompt.question_id, tokens, wall_s)
-                breakdown.add_row(prompt, tokens, wall_s, steps=None)
+                breakdown.add_row(prompt.question_id, prompt.category, len(tokens), wall_s, steps=None)
                 bar.update()
                 continue
             request = GenerationRequest(prompt=prompt.text, policy=tally.spec.policy, params=tally.spec.params,
@@ -197,7 +186,7 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
                                         drafter=drafter)
             result = engine.run(request, detail=False, emit=_step_recorder(breakdown))
             tally.add(prompt.question_id, result)
-            breakdown.add_row(prompt, result.tokens, result.wall_s, result.steps)
+            breakdown.add_row(prompt.question_id, prompt.category, result.new_tokens, result.wall_s, result.steps)
             tally.params = tally.params or engine.validate(request).policy.params.model_dump()
             bar.update()
     bar.close()
@@ -207,18 +196,21 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
     results = []
     for tally, breakdown in zip(tallies, breakdowns):
         result = _summarise(engine, tally, baseline, temperature, prompt_text)
-        result.update(_broken_down(breakdown, ar_rows, result))
-        results.append(result)
+        result.update(broken_down(breakdown, ar_rows, result["identical_to_ar"], result["divergences"],
+                                  has_steps=not tally.external))
+        results.append(PolicyResult(**result))
     info = engine.describe()
-    return {"target": info.target, "draft": info.draft, "drafter": drafter or engine.default_drafter,
-            "device": info.device, "dtype": info.dtype, "costs": info.costs, "prompts": len(prompts),
-            "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
-            "categories": list(dict.fromkeys(prompt.category for prompt in prompts)),
-            "cost_curve": cost_curve(engine.costs), "results": results}
+    return BenchReport(report_version=REPORT_VERSION, target=info.target, draft=info.draft,
+                       drafter=drafter or engine.default_drafter, device=info.device, dtype=info.dtype,
+                       costs=info.costs, prompts=len(prompts), max_new_tokens=max_new_tokens,
+                       temperature=temperature, seed=seed,
+                       categories=list(dict.fromkeys(prompt.category for prompt in prompts)),
+                       cost_curve=cost_curve(engine.costs), results=results)
 
 
 def _step_recorder(breakdown: Breakdown):
-    """An emit callback that keeps each step's (tree size, emitted); detail is off, so only steps arrive."""
+    """An emit callback that keeps each step's shape (tree size and depth, accepted, emitted); detail is off,
+    so only steps arrive."""
     def record(event: Any) -> None:
         if isinstance(event, StepMetrics):
             breakdown.add_step(event)
@@ -265,35 +257,35 @@ def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: f
 
 
 def _divergence(engine: SpecEngine, question_id: Any, prompt: str, reference: list[int],
-                tokens: list[int]) -> dict[str, Any]:
+                tokens: list[int]) -> Divergence:
     """Where an output first leaves `ar`'s, and the target's top-2 logit gap there under `ar`'s prefix."""
     position = next((i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b), min(len(reference), len(tokens)))
     ids = engine.codec.encode_prompt(prompt) + reference[:position]
     with torch.inference_mode():
         logits = engine.target.model(torch.tensor([ids], device=engine.target.device)).logits[0, -1].float()  # [V]
     top2 = torch.topk(logits, 2).values
-    return {"question_id": question_id, "position": position, "top2_gap": float(top2[0] - top2[1])}
+    return Divergence(question_id=question_id, position=position, top2_gap=float(top2[0] - top2[1]))
 
 
-def fastest_policy(report: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def fastest_policy(report: BenchReport) -> tuple[str, dict[str, Any]]:
     """The engine policy (run with its default parameters) of highest tokens/s in a report, and the evidence.
 
     Hugging Face's baselines are measured for scale but are no policy a request can name."""
-    candidates = [r for r in report["results"] if r["policy"] in POLICIES and r["speedup_vs_ar"] is not None]
+    candidates = [r for r in report.results if r.policy in POLICIES and r.speedup_vs_ar is not None]
     if not candidates:
         raise RequestError("no engine policy with default parameters was benchmarked", field="policies")
-    best = max(candidates, key=lambda r: r["tokens_per_s"])
+    best = max(candidates, key=lambda r: r.tokens_per_s)
     evidence = {
-        "speedup_vs_ar": {r["policy"]: round(r["speedup_vs_ar"], 3) for r in candidates},
-        "tau": {r["policy"]: round(r["tau"], 3) for r in candidates if r["tau"] is not None},
-        "source": report.get("source", "?"), "prompts": report["prompts"], "max_new_tokens": report["max_new_tokens"],
-        "drafter": report["drafter"], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "speedup_vs_ar": {r.policy: round(r.speedup_vs_ar, 3) for r in candidates},
+        "tau": {r.policy: round(r.tau, 3) for r in candidates if r.tau is not None},
+        "source": report.source or "?", "prompts": report.prompts, "max_new_tokens": report.max_new_tokens,
+        "drafter": report.drafter, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_average": _load_average(),
     }
-    return best["policy"], evidence
+    return best.policy, evidence
 
 
-def record_default(engine: SpecEngine, report: dict[str, Any], path: Path) -> str:
+def record_default(engine: SpecEngine, report: BenchReport, path: Path) -> str:
     """Writes the report's fastest policy into the engine's cost table (saved at `path`) as the default."""
     policy, evidence = fastest_policy(report)
     record_fastest(engine.costs, policy, evidence)
@@ -303,9 +295,7 @@ def record_default(engine: SpecEngine, report: dict[str, Any], path: Path) -> st
 
 def cost_table_path(engine: SpecEngine, given: Path | None) -> Path:
     """Where the engine's cost table lives: the file named on the command line, else the device's saved one."""
-    if given is not None:
-        return Path(given)
-    return saved_table_path(device_name(engine.target.device), engine.target.name, str(engine.target.dtype))
+    return Path(given) if given is not None else engine.cost_table_path
 
 
 def _load_average() -> float | None:
@@ -315,129 +305,10 @@ def _load_average() -> float | None:
         return None
 
 
-def _broken_down(breakdown: Breakdown, ar_rows: list[dict[str, Any]], result: dict[str, Any]) -> dict[str, Any]:
-    """Per-prompt rows, per-category sums over them, and the step shapes, for one policy's result."""
-    diverged = {d["question_id"]: d["position"] for d in result["divergences"]}
-    ar_speed = {row["question_id"]: _speed(row) for row in ar_rows}
-    per_prompt = []
-    for row in breakdown.rows:
-        speed = _speed(row)
-        reference = ar_speed.get(row["question_id"])
-        per_prompt.append({
-            **row, "tokens_per_s": speed,
-            "speedup_vs_ar": speed / reference if reference else None,
-            "tau": row["new_tokens"] / row["steps"] if row["steps"] else None,
-            "identical_to_ar": None if result["identical_to_ar"] is None else row["question_id"] not in diverged,
-            "first_difference": diverged.get(row["question_id"]),
-        })
-    return {"by_category": by_category(breakdown.rows, ar_rows), "per_prompt": per_prompt,
-            "tree_sizes": [[size, steps, emitted] for size, (steps, emitted) in sorted(breakdown.tree_sizes.items())]}
-
-
-def _speed(row: dict[str, Any]) -> float:
-    return row["new_tokens"] / row["wall_s"] if row["wall_s"] else 0.0
-
-
-def by_category(rows: list[dict[str, Any]], ar_rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Tokens/s, speedup vs ar and τ over each category's prompts: sums of tokens, seconds and steps,
-    so a category reads like the whole run does (ar's speed over the same prompts is the reference).
-
-    >>> rows = [{"category": "a", "new_tokens": 10, "wall_s": 1.0, "steps": 4},
-    ...         {"category": "a", "new_tokens": 10, "wall_s": 3.0, "steps": 6}]
-    >>> ar = [{"category": "a", "new_tokens": 20, "wall_s": 8.0, "steps": 20}]
-    >>> by_category(rows, ar)["a"]
-    {'prompts': 2, 'new_tokens': 20, 'wall_s': 4.0, 'tokens_per_s': 5.0, 'speedup_vs_ar': 2.0, 'tau': 2.0}
-    """
-    def sums(selected: list[dict[str, Any]]) -> dict[str, Any]:
-        tokens = sum(row["new_tokens"] for row in selected)
-        wall_s = sum(row["wall_s"] for row in selected)
-        steps = None if any(row["steps"] is None for row in selected) else sum(row["steps"] for row in selected)
-        return {"prompts": len(selected), "new_tokens": tokens, "wall_s": wall_s,
-                "tokens_per_s": tokens / wall_s if wall_s else 0.0, "tau": tokens / steps if steps else None}
-
-    out = {}
-    for category in dict.fromkeys(row["category"] for row in rows):
-        mine = sums([row for row in rows if row["category"] == category])
-        ar = sums([row for row in ar_rows if row["category"] == category])
-        speedup = mine["tokens_per_s"] / ar["tokens_per_s"] if ar["tokens_per_s"] else None
-        out[category] = {**{k: mine[k] for k in ("prompts", "new_tokens", "wall_s", "tokens_per_s")},
-                         "speedup_vs_ar": speedup, "tau": mine["tau"]}
-    return out
-
-
-def cost_curve(table: CostTable) -> dict[str, Any]:
-    """The target's forward time of n tokens over one token, per measured context (batch 1), from the cost
-    table the engine's cost-aware policies read ("measured" by `specscope profile`, else "assumed")."""
-    grid = table.target.ms[0]  # [contexts][ns] at the smallest batch
-    return {"source": table.target.source, "device": table.device, "dtype": table.dtype, "ns": table.ns,
-            "contexts": table.contexts, "ms": grid, "ratio": [[ms / row[0] for ms in row] for row in grid]}
-
-
-def markdown_table(report: dict[str, Any], charts: list[tuple[str, str]] = ()) -> str:
-    """results.md: the summary table, then per category and per prompt, then links to `charts`
-    ((title, file name) pairs written beside it)."""
-    header = (f"target {report['target']} · drafter {report['drafter']} · {report['device']} {report['dtype']} · "
-              f"{report['prompts']} prompts × {report['max_new_tokens']} new tokens · temperature {report['temperature']}")
-    lines = [header, ""] + ([f"Note: {report['note']}", ""] if report.get("note") else []) + [
-             "| policy | τ | δ | c | tokens/s | speedup vs ar | steps | draft / verify / other | outside forwards "
-             "| identical to ar |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in report["results"]:
-        identical = "—" if r["identical_to_ar"] is None else ("yes" if r["identical_to_ar"] else
-                                                              f"no ({len(r['divergences'])})")
-        shares = "—" if r["share_draft"] is None else (
-            f"{r['share_draft']:.0%} / {r['share_verify']:.0%} / {r['share_other']:.0%}")
-        lines.append(f"| {r['policy']} | {_cell(r['tau'], '.2f')} | {_cell(r['delta'], '.2f')} | {_cell(r['c'], '.3f')} "
-                     f"| {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f}× | {_cell(r['steps'], 'd')} | {shares} "
-                     f"| {_cell(r['share_outside_forwards'], '.0%')} | {identical} |")
-    if report.get("categories"):
-        lines += _category_tables(report) + _prompt_table(report)
-    if charts:
-        lines += ["", "## Charts"]
-        for title, name in charts:
-            lines += ["", f"![{title}]({name})"]
-    return "\n".join(lines) + "\n"
-
-
-def _category_tables(report: dict[str, Any]) -> list[str]:
-    """Spec-Bench's layout: one row per policy, one column per category, the whole run last."""
-    categories = report["categories"]
-    head = "| policy | " + " | ".join(name or "—" for name in categories) + " | all |"
-    rule = "|---" * (len(categories) + 2) + "|"
-    lines = []
-    for title, key, spec, unit in (("speedup vs ar", "speedup_vs_ar", ".2f", "×"), ("τ", "tau", ".2f", ""),
-                                   ("tokens/s", "tokens_per_s", ".1f", "")):
-        lines += ["", f"## {title} per category", "", head, rule]
-        for r in report["results"]:
-            cells = [_cell(r["by_category"].get(name, {}).get(key), spec, unit) for name in categories]
-            lines.append(f"| {r['policy']} | " + " | ".join(cells) + f" | {_cell(r[key], spec, unit)} |")
-    return lines
-
-
-def _prompt_table(report: dict[str, Any]) -> list[str]:
-    """One row per prompt, one column per policy: speedup vs ar on that prompt, and τ where it has steps."""
-    results = report["results"]
-    lines = ["", "## Per prompt (speedup vs ar · τ)", "",
-             "| question | category | " + " | ".join(r["policy"] for r in results) + " |",
-             "|---|---" + "|---" * len(results) + "|"]
-    for i, row in enumerate(results[0]["per_prompt"]):
-        cells = []
-        for r in results:
-            mine = r["per_prompt"][i]
-            tau = "" if mine["tau"] is None else f" · {mine['tau']:.2f}"
-            cells.append(f"{_cell(mine['speedup_vs_ar'], '.2f', '×')}{tau}")
-        lines.append(f"| {row['question_id']} | {row['category'] or '—'} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def _cell(value: Any, spec: str, unit: str = "") -> str:
-    return "—" if value is None else format(value, spec) + unit
-
-
-def write_report(report: dict[str, Any], out_dir: str | Path, charts: list[tuple[str, str]] = ()) -> Path:
+def write_report(report: BenchReport, out_dir: str | Path, charts: list[tuple[str, str]] = ()) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / "results.json").write_text(report_json(report), encoding="utf-8")
     (out / "results.md").write_text(markdown_table(report, charts), encoding="utf-8")
     return out
 
@@ -466,9 +337,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "recorded with this device's cost table (with the speedups, prompts and date)")
 
 
+def policy_specs(text: str) -> list[PolicySpec]:
+    """`--policies`: comma-separated specs, each `name:key=value:…`."""
+    return [PolicySpec.parse(part) for part in text.split(",") if part.strip()]
+
+
 def command(args: argparse.Namespace) -> int:
     if args.policies is not None:
-        specs = [PolicySpec.parse(text) for text in args.policies.split(",") if text.strip()]
+        specs = policy_specs(args.policies)
     prompts = read_prompts(args.prompts, args.limit) if args.prompts else held_out_prompts(args.limit)
     if not prompts:
         raise RequestError(f"{args.prompts} holds no prompts", field="prompts")
@@ -477,9 +353,8 @@ def command(args: argparse.Namespace) -> int:
         specs = [PolicySpec.parse(name) for name in dict.fromkeys(["ar", engine.default_policy])]
         print(f"policies: ar and the default, {engine.default_policy_note}")
     report = run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter)
-    report["source"] = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
-    if args.note:
-        report["note"] = args.note
+    report.source = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
+    report.note = args.note
     out = Path(args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
     charts = write_plots(report, out) if args.plots else []
     write_report(report, out, charts)

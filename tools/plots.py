@@ -19,6 +19,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from tools.report import BenchReport, PolicyResult
+
 # Okabe–Ito: told apart under the common colour-vision deficiencies; Hugging Face's baselines are grey.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#882255", "#000000"]
 BASELINE_GREY = "#8c8c8c"
@@ -39,11 +41,11 @@ def is_baseline(label: str) -> bool:
     return label.split(":")[0] in HF_BASELINES
 
 
-def colour_of(results: list[dict[str, Any]]) -> dict[str, str]:
+def colour_of(results: list[PolicyResult]) -> dict[str, str]:
     """One colour per policy label, stable across charts: ar dark grey, Hugging Face grey, the rest in turn."""
     colours, drafting = {}, 0
     for result in results:
-        label = result["policy"]
+        label = result.policy
         if label == "ar":
             colours[label] = AR_GREY
         elif is_baseline(label):
@@ -54,38 +56,38 @@ def colour_of(results: list[dict[str, Any]]) -> dict[str, str]:
     return colours
 
 
-def speedup_series(report: dict[str, Any]) -> list[dict[str, Any]]:
+def speedup_series(report: BenchReport) -> list[dict[str, Any]]:
     """[{label, value, baseline}] in the report's order; ar reads 1.00 by definition."""
-    return [{"label": r["policy"], "value": 1.0 if r["policy"] == "ar" else r["speedup_vs_ar"],
-             "baseline": is_baseline(r["policy"])} for r in report["results"]]
+    return [{"label": r.policy, "value": 1.0 if r.policy == "ar" else r.speedup_vs_ar,
+             "baseline": is_baseline(r.policy)} for r in report.results]
 
 
-def tau_by_category_series(report: dict[str, Any]) -> dict[str, Any]:
+def tau_by_category_series(report: BenchReport) -> dict[str, Any]:
     """Categories and, per drafting policy, τ in each (None where a category had no steps)."""
-    categories = report.get("categories") or []
-    series = [{"label": r["policy"], "values": [r.get("by_category", {}).get(c, {}).get("tau") for c in categories]}
-              for r in report["results"] if r["tau"] is not None and r["policy"] != "ar"]
+    categories = report.categories
+    series = [{"label": r.policy, "values": [r.by_category[c].tau if c in r.by_category else None for c in categories]}
+              for r in report.results if r.tau is not None and r.policy != "ar"]
     return {"categories": categories, "series": series}
 
 
-def tau_vs_size_series(report: dict[str, Any]) -> list[dict[str, Any]]:
+def tau_vs_size_series(report: BenchReport) -> list[dict[str, Any]]:
     """Per drafting policy, one point per verified tree size: mean tokens emitted by its steps, and how many."""
     out = []
-    for r in report["results"]:
-        if r["tau"] is None or r["policy"] == "ar" or not r.get("tree_sizes"):
+    for r in report.results:
+        if r.tau is None or r.policy == "ar" or not r.tree_sizes:
             continue
-        points = [{"size": size, "steps": steps, "tau": emitted / steps} for size, steps, emitted in r["tree_sizes"]]
-        out.append({"label": r["policy"], "points": points})
+        points = [{"size": size, "steps": steps, "tau": emitted / steps} for size, steps, emitted in r.tree_sizes]
+        out.append({"label": r.policy, "points": points})
     return out
 
 
-def cost_series(report: dict[str, Any]) -> dict[str, Any] | None:
+def cost_series(report: BenchReport) -> dict[str, Any] | None:
     """n and, per measured context, time(n) / time(1); None where the run had no cost table."""
-    curve = report.get("cost_curve")
-    if not curve:
+    curve = report.cost_curve
+    if curve is None:
         return None
-    return {"ns": curve["ns"], "source": curve.get("source", "measured"),
-            "lines": [{"context": context, "ratio": ratio} for context, ratio in zip(curve["contexts"], curve["ratio"])]}
+    return {"ns": curve.ns, "source": curve.source,
+            "lines": [{"context": context, "ratio": ratio} for context, ratio in zip(curve.contexts, curve.ratio)]}
 
 
 # ---------------------------------------------------------------- scales
@@ -246,9 +248,9 @@ class Svg:
 
 # ---------------------------------------------------------------- the four charts
 
-def speedup_chart(report: dict[str, Any]) -> str:
+def speedup_chart(report: BenchReport) -> str:
     bars = speedup_series(report)
-    colours = colour_of(report["results"])
+    colours = colour_of(report.results)
     names = [bar["label"] for bar in bars]  # Hugging Face's baselines (hf-…) are told by their grey
     svg = Svg("Speedup vs ar (tokens/s over ar's, same prompts)", height=max(200, 96 + 28 * len(bars)),
               left=16 + 7 * max(map(len, names), default=4))
@@ -273,10 +275,10 @@ def speedup_chart(report: dict[str, Any]) -> str:
     return svg.render("speedup")
 
 
-def tau_by_category_chart(report: dict[str, Any]) -> str:
+def tau_by_category_chart(report: BenchReport) -> str:
     data = tau_by_category_series(report)
     categories, series = data["categories"], data["series"]
-    colours = colour_of(report["results"])
+    colours = colour_of(report.results)
     svg = Svg("τ (tokens per step) per prompt category", width=max(640, 90 + 24 * len(categories) * max(len(series), 1)),
               top=56)
     x0, x1, y0, y1 = svg.plot
@@ -307,9 +309,9 @@ def tau_by_category_chart(report: dict[str, Any]) -> str:
     return svg.render("tau-by-category")
 
 
-def tau_vs_size_chart(report: dict[str, Any]) -> str:
+def tau_vs_size_chart(report: BenchReport) -> str:
     series = tau_vs_size_series(report)
-    colours = colour_of(report["results"])
+    colours = colour_of(report.results)
     svg = Svg("Tokens per step against the verified tree's size", top=56)
     x0, x1, y0, y1 = svg.plot
     points = [p for s in series for p in s["points"]]
@@ -330,7 +332,7 @@ def tau_vs_size_chart(report: dict[str, Any]) -> str:
     return svg.render("tau-vs-tree-size")
 
 
-def cost_chart(report: dict[str, Any]) -> str:
+def cost_chart(report: BenchReport) -> str:
     data = cost_series(report)
     svg = Svg("Target forward time of n tokens over one token", top=56)
     if data is None:
@@ -364,7 +366,7 @@ DRAW = {"speedup.svg": speedup_chart, "tau-by-category.svg": tau_by_category_cha
         "tau-vs-tree-size.svg": tau_vs_size_chart, "cost-curve.svg": cost_chart}
 
 
-def write_plots(report: dict[str, Any], out_dir: str | Path) -> list[tuple[str, str]]:
+def write_plots(report: BenchReport, out_dir: str | Path) -> list[tuple[str, str]]:
     """Writes the four charts into `out_dir`; returns (title, file name) pairs for results.md."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

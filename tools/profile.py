@@ -4,7 +4,7 @@ For every batch size B, context length (multiples of a step L) and number of
 new tokens n, the model runs one forward of B×n tokens on a cache that
 already holds the context, under the mask a tree verify uses: at batch 1
 through the cached LM the engine verifies with (the lean forward of
-engine/fastlm.py where it runs the model), at B > 1 through Hugging Face's
+engine/models/fastlm.py where it runs the model), at B > 1 through Hugging Face's
 batched forward. n takes every value from 1 to a limit (64 on a CPU, 128 on a
 GPU), as CAST's table does: a GPU's cost is a staircase in n that no sparse
 grid can show, and lookups between measured n round up rather than
@@ -15,7 +15,7 @@ Each cell gets warm-up runs, then the median of repeated timed runs
 dtype (default `~/.cache/specscope/costs/<key>.json`), where `load_engine`
 finds it for cast and talon-adaptive (engine/costs.py `resolve_costs`). It
 also records the memory and compute floors measured on the device
-(engine/floors.py), printed beside it with each time's ratio to them.
+(tools/floors.py), printed beside it with each time's ratio to them.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from typing import Any, Callable
 
 import torch
 
-from engine import kvcache
 from engine.calibration import is_calibration
-from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts, saved_table_path
-from engine.device import clock, device_name
-from engine.floors import Floors, measure_floors, model_floors
+from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts
 from engine.loading import load_engine
+from engine.models import kvcache
+from engine.models.device import clock, device_name
 from engine.options import EngineOptions
 from engine.tree import attention_bias, tree_attention_allowed
+from tools.floors import Floors, measure_floors, model_floors
 
 N_MAX_CPU, N_MAX_GPU = 64, 128  # every n up to this is measured by default
 DEFAULT_CONTEXTS = (128, 512, 1024)
@@ -171,7 +171,7 @@ def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress
 
     `target` and `draft` are cached LMs (anything with `.model`, `.name` and the forward methods) or bare
     models. With `floors`, the table's meta also holds each model's memory and compute floors
-    (engine/floors.py), measured on this device.
+    (tools/floors.py), measured on this device.
     """
     from tqdm import tqdm
 
@@ -206,8 +206,8 @@ def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress
 
 
 def _forward_kind(lm: Any) -> str:
-    """Which forward batch 1 was timed through: "native" (engine/fastlm.py with its kernel), "lean"
-    (engine/fastlm.py on torch's ops) or "plain" (Hugging Face's)."""
+    """Which forward batch 1 was timed through: "native" (engine/models/fastlm.py with its kernel), "lean"
+    (engine/models/fastlm.py on torch's ops) or "plain" (Hugging Face's)."""
     return getattr(lm, "forward_name", "plain")
 
 
@@ -274,7 +274,7 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     grid = grid_from_args(args, engine.target.device.type)
     table = profile(engine.target, draft, grid)
     _keep_recorded_default(engine.costs, table)
-    path = table.save(args.out or saved_table_path(table.device, engine.target.name, table.dtype))
+    path = table.save(args.out or engine.cost_table_path)
     print(f"wrote {path}")
     load = table.meta.get("load_average")
     if load is not None and load > (os.cpu_count() or 1):
@@ -307,7 +307,7 @@ def _pick_default(engine: Any, table: CostTable, path: Path) -> None:
 
     engine.context = PolicyContext(costs=table)
     report = run_bench(engine, held_out_prompts(4), [PolicySpec.parse(name) for name in POLICIES], 64)
-    report["source"] = "the shipped prompt set's held-out split"
+    report.source = "the shipped prompt set's held-out split"
     print(markdown_table(report))
     record_default(engine, report, path)
     print(f"default policy: {engine.default_policy_note}; recorded in {path}")

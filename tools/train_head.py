@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.head import default_feature_layers, load_head, save_head
+from engine.models.head import default_feature_layers, load_head, save_head
 from tools.training.mix import Writer, build_mix
 from tools.training.objective import DepthStats, depth_stats
 from tools.training.selfdistill import (GenerationPlan, Sample, chunk_path, extract, is_held_out, load_chunks,
@@ -391,8 +391,8 @@ def portable_command(argv: list[str]) -> str:
 def command(args: argparse.Namespace) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from engine.device import DTYPES, cpu_has_native_bf16
-    from engine.embedded import cache_root, embedded_model_dir
+    from engine.models.device import DTYPES, cpu_has_native_bf16
+    from engine.models.embedded import cache_root, embedded_model_dir
 
     if args.threads:
         torch.set_num_threads(args.threads)

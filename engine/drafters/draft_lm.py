@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from engine.drafters.base import Drafter, Proposal
-from engine.lm import CachedLM
+from engine.models.base import LanguageModel
 from engine.sampling import SamplingParams, draw_without_replacement, probs_from_logits
 from engine.timing import ForwardMeter
 from engine.tree import DraftTree, path_to
@@ -21,7 +21,7 @@ from engine.tree import DraftTree, path_to
 class DraftLMDrafter(Drafter):
     name = "draft-lm"
 
-    def __init__(self, lm: CachedLM):
+    def __init__(self, lm: LanguageModel):
         super().__init__(ForwardMeter(lm.device))
         self.lm = lm
         self.model_name = lm.name

@@ -16,7 +16,7 @@ forward per draft layer and none extra.
 The head's keys and values live in one static cache [2, kv, capacity, d]:
 the committed pairs first, then this step's tree nodes in run order, written in
 place. In bfloat16 on a CPU that runs the native kernel a draft forward is one
-call of its `head_step` (engine/native); elsewhere the head's torch modules.
+call of its `head_step` (engine/models/native); elsewhere the head's torch modules.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from engine import native
 from engine.drafters.base import Drafter, Proposal
-from engine.fastlm import forward_choice
-from engine.head import Eagle3Head, default_feature_layers, load_head
+from engine.models import native
+from engine.models.fastlm import forward_choice
+from engine.models.head import Eagle3Head, default_feature_layers, load_head
 from engine.sampling import SamplingParams, draw_without_replacement, probs_from_logits
 from engine.timing import ForwardMeter
 from engine.tree import DraftTree, attention_bias

@@ -85,8 +85,9 @@ class StepOutcome:
     prefix_len: int
 
 
-@dataclass
-class Adjustment:
+class Adjustment(BaseModel):
+    """A parameter a policy moved after observing a step, and why: the policy_adjusted event carries it."""
+
     param: str
     old: float
     new: float

@@ -1,12 +1,16 @@
-// Wiring of /results: a bench results.json, shipped or opened from disk, drawn as a table and four charts.
+// Wiring of /results: a bench results.json, shipped or opened from disk, drawn as tables and charts, each
+// chart downloadable as SVG or PNG and the whole report as CSV.
 
 import { formatNumber } from "./model/format.js";
 import {
-  PALETTE, categoryRows, checkReport, coloursOf, costSeries, describeReport, speedupSeries, summaryRows,
-  tauByCategorySeries, tauVsSizeSeries,
+  PALETTE, acceptLengthSeries, acceptanceByDepthSeries, categoryHeads, categoryRows, checkReport, coloursOf,
+  costSeries, describeReport, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries,
+  tauVsSizeSeries, timeSplitSeries,
 } from "./model/results.js";
 import { costChart, speedupChart, tauByCategoryChart, tauVsSizeChart } from "./view/charts.js";
 import { el } from "./view/dom.js";
+import { chartSvgText, download, svgToPng } from "./view/export.js";
+import { acceptLengthChart, acceptanceByDepthChart, timeSplitChart } from "./view/results-charts.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -16,11 +20,15 @@ function setStatus(text, kind = "") {
 }
 
 let shown = null; // the report on screen, redrawn when the charts' width changes
+let shownName = "results"; // the file it came from, without .json: the downloads are named after it
 
 function show(report, source) {
   checkReport(report);
   shown = report;
+  shownName = source.replace(/\.json$/i, "") || "results";
   $("results-meta").textContent = describeReport(report);
+  renderVersionNote(report);
+  $("results-export-csv").disabled = false;
   renderTable(report);
   renderCategories(report);
   drawCharts();
@@ -39,13 +47,47 @@ function drawCharts() {
   if (!shown) return;
   const colours = coloursOf(shown.results);
   const size = { width: Math.max(280, chartWidth()) };
+  const versioned = { ...size, version: reportVersion(shown) };
   $("results-charts").dataset.width = String(size.width);
-  $("results-charts").replaceChildren(
+  const figures = [
     speedupChart(speedupSeries(shown), colours, size),
+    timeSplitChart(timeSplitSeries(shown), size),
     tauByCategoryChart(tauByCategorySeries(shown), colours, size),
+    acceptanceByDepthChart(acceptanceByDepthSeries(shown), colours, versioned),
+    acceptLengthChart(acceptLengthSeries(shown), colours, versioned),
     tauVsSizeChart(tauVsSizeSeries(shown), colours, size),
     costChart(costSeries(shown), PALETTE, size),
-  );
+  ];
+  for (const figure of figures) figure.append(exportButtons(figure));
+  $("results-charts").replaceChildren(...figures);
+}
+
+// Each chart downloads as the SVG it is, or as a PNG drawn from that SVG, named after the report and the chart.
+function exportButtons(figure) {
+  const kind = figure.querySelector("svg.chart-svg").dataset.chart;
+  const bar = el("div", { class: "chart-export-buttons" });
+  const svgButton = el("button", { type: "button", "data-testid": "chart-export-svg", "data-chart": kind }, "SVG");
+  const pngButton = el("button", { type: "button", "data-testid": "chart-export-png", "data-chart": kind }, "PNG");
+  svgButton.addEventListener("click", () => download(`${shownName}-${kind}.svg`, chartSvgText(figure), "image/svg+xml"));
+  pngButton.addEventListener("click", async () => {
+    try {
+      download(`${shownName}-${kind}.png`, await svgToPng(chartSvgText(figure)), "image/png");
+    } catch (err) {
+      setStatus(`cannot draw ${kind} as PNG: ${err.message}`, "error");
+    }
+  });
+  bar.append(el("span", { class: "hint" }, "download"), svgButton, pngButton);
+  return bar;
+}
+
+function renderVersionNote(report) {
+  const version = reportVersion(report);
+  const missing = acceptanceByDepthSeries(report) == null;
+  $("results-version").textContent = missing
+    ? `Report version ${version}: benchmarked before the bench kept per-depth acceptance and tokens per step, ` +
+      "so those two charts are empty; a run of the current specscope bench fills them."
+    : `Report version ${version}.`;
+  $("results-version").classList.toggle("warning", missing);
 }
 
 let resizeTimer = null;
@@ -73,7 +115,15 @@ function renderTable(report) {
 function renderCategories(report) {
   const table = $("results-categories");
   const head = el("tr");
-  for (const name of ["policy", ...(report.categories ?? []).map((c) => c || "—"), "all"]) head.append(el("th", { scope: "col" }, name));
+  head.append(el("th", { scope: "col" }, "policy"));
+  for (const { name, prompts } of categoryHeads(report)) {
+    const th = el("th", { scope: "col", "data-prompts": prompts ?? "" }, name || "—");
+    if (prompts != null) th.append(el("br"), el("small", { class: "sample-size" }, `n = ${prompts}`));
+    head.append(th);
+  }
+  const all = el("th", { scope: "col" }, "all");
+  all.append(el("br"), el("small", { class: "sample-size" }, `n = ${report.prompts}`));
+  head.append(all);
   table.tHead.replaceChildren(head);
   const body = table.tBodies[0];
   body.replaceChildren();
@@ -119,6 +169,9 @@ function start() {
   picker.addEventListener("change", () => {
     history.replaceState(null, "", `?file=${encodeURIComponent(picker.selectedOptions[0].textContent)}`);
     loadShipped(picker.value);
+  });
+  $("results-export-csv").addEventListener("click", () => {
+    if (shown) download(`${shownName}.csv`, resultsCsv(shown), "text/csv");
   });
   $("results-upload").addEventListener("change", (event) => {
     const [file] = event.target.files;

@@ -3,7 +3,9 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  categoryRows, checkReport, coloursOf, costSeries, describeReport, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
+  acceptLengthSeries, acceptanceByDepthSeries, categoryHeads, categoryRows, checkReport, coloursOf, costSeries,
+  describeReport, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
+  timeSplitSeries,
 } from "../../static/js/model/results.js";
 import { linear, log2, log2Ticks, niceMax, niceTicks } from "../../static/js/model/scale.js";
 
@@ -79,4 +81,62 @@ test("a_reports_note_is_said_with_it", () => {
 test("a_log2_axis_over_every_n_labels_the_powers_of_two_and_the_last", () => {
   assert.deepEqual(log2Ticks(Array.from({ length: 64 }, (_, i) => i + 1)), [1, 2, 4, 8, 16, 32, 64]);
   assert.deepEqual(log2Ticks([1, 3, 5, 48]), [1, 48]);
+});
+
+// What a version-2 report adds per policy (tools/report.py): per-depth acceptance and tokens per step.
+const STEP_SHAPES = {
+  ar: { acceptance_by_depth: [], accept_lengths: [[1, 16]] },
+  "hf-generate": { acceptance_by_depth: [], accept_lengths: [] },
+  talon: { acceptance_by_depth: [{ depth: 1, drafted: 6, reached: 6, accepted: 5, rate: 5 / 6, conditional_rate: 5 / 6 },
+                                 { depth: 2, drafted: 4, reached: 4, accepted: 1, rate: 0.25, conditional_rate: 0.25 }],
+           accept_lengths: [[1, 1], [2, 4], [3, 1]] },
+};
+const V2 = { ...REPORT, report_version: 2,
+             results: REPORT.results.map((r) => ({ ...r, ...STEP_SHAPES[r.policy],
+                                                   share_draft: r.steps == null ? null : 0.25,
+                                                   share_verify: r.steps == null ? null : 0.7,
+                                                   share_other: r.steps == null ? null : 0.05 })) };
+
+test("a_report_without_a_version_is_version_one_and_has_no_per_depth_acceptance", () => {
+  assert.equal(reportVersion(REPORT), 1);
+  assert.equal(reportVersion(V2), 2);
+  assert.equal(acceptanceByDepthSeries(REPORT), null);
+  assert.equal(acceptLengthSeries(REPORT), null);
+});
+
+test("per_depth_acceptance_keeps_both_rates_and_their_counts_for_drafting_policies", () => {
+  const series = acceptanceByDepthSeries(V2);
+  assert.deepEqual(series.map((s) => s.label), ["talon"]);  // not ar (no drafts), not hf-generate (no steps)
+  assert.deepEqual(series[0].points[1], { depth: 2, rate: 0.25, conditional: 0.25, drafted: 4, reached: 4, accepted: 1 });
+});
+
+test("the_acceptance_length_histogram_gives_shares_of_steps_for_every_length_up_to_the_longest", () => {
+  const { lengths, series } = acceptLengthSeries(V2);
+  assert.deepEqual(lengths, [1, 2, 3]);
+  assert.deepEqual(series, [{ label: "talon", total: 6, steps: [1, 4, 1], shares: [1 / 6, 4 / 6, 1 / 6] }]);
+});
+
+test("the_time_split_leaves_out_policies_that_keep_none", () => {
+  assert.deepEqual(timeSplitSeries(V2).map((s) => [s.label, s.draft, s.verify, s.other]),
+                   [["ar", 0.25, 0.7, 0.05], ["talon", 0.25, 0.7, 0.05]]);
+});
+
+test("category_heads_carry_each_categorys_sample_size", () => {
+  const withPrompts = { ...V2, results: V2.results.map((r) => r.policy !== "ar" ? r : {
+    ...r, by_category: { writing: { tau: 1, prompts: 3 }, coding: { tau: 1, prompts: 1 } } }) };
+  assert.deepEqual(categoryHeads(withPrompts), [{ name: "writing", prompts: 3 }, { name: "coding", prompts: 1 }]);
+  assert.deepEqual(categoryHeads(REPORT), [{ name: "writing", prompts: null }, { name: "coding", prompts: null }]);
+});
+
+test("the_csv_is_tidy_quotes_what_needs_it_and_holds_depths_and_tokens_per_step", () => {
+  const report = { ...V2, results: [...V2.results, { ...V2.results[2], policy: 'talon:note="a,b"' }] };
+  const lines = resultsCsv(report).trimEnd().split("\n");
+  assert.equal(lines[0], "policy,scope,key,metric,value");
+  assert.ok(lines.includes("talon,run,,tokens_per_s,30"));
+  assert.ok(lines.includes("hf-generate,run,,tau,"));  // null stays empty
+  assert.ok(lines.includes("talon,category,writing,tau,3"));
+  assert.ok(lines.includes("talon,depth,2,conditional_rate,0.25"));
+  assert.ok(lines.includes("talon,tokens_per_step,2,steps,4"));
+  assert.ok(lines.includes('"talon:note=""a,b""",run,,steps,6'));
+  assert.ok(lines.every((line) => !line.startsWith("ar,depth")));
 });

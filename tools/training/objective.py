@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from engine.head import Eagle3Head
+from engine.models.head import Eagle3Head
 from tools.training.selfdistill import Sample
 
 

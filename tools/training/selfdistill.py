@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from engine import kvcache
+from engine.models import kvcache
 
 
 @dataclass

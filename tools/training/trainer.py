@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from engine.head import Eagle3Head, head_config, set_vocab_map, target_to_draft_map  # noqa: F401 (re-exported)
+from engine.models.head import Eagle3Head, head_config, set_vocab_map, target_to_draft_map  # noqa: F401 (re-exported)
 from tools.training.objective import Batch, make_batch, unroll
 from tools.training.selfdistill import Sample
 

@@ -112,3 +112,91 @@ function equalityText(result, dtype) {
   if (widest <= nearTieBound(dtype)) return `same up to ${name} near-ties on ${where} (top-2 gaps ≤ ${widest.toFixed(3)})`;
   return `differs on ${where} (top-2 gaps up to ${widest.toFixed(3)}, above the ${name} near-tie bound ${nearTieBound(dtype)})`;
 }
+
+/** The report's version (tools/report.py): 1 where it carries none, written before reports were versioned. */
+export function reportVersion(report) {
+  return report.report_version ?? 1;
+}
+
+/** Policies that take steps (not Hugging Face's baselines) and draft (not ar). */
+function draftingResults(report) {
+  return report.results.filter((r) => r.steps != null && r.policy !== "ar");
+}
+
+/**
+ * Per drafting policy, per depth d: the share of steps drafting at d whose draft there the target accepted
+ * (`rate`, unconditional) and the same share among steps that accepted every draft above d (`conditional`),
+ * with the counts behind them. Null where the report predates per-depth acceptance (version 1).
+ */
+export function acceptanceByDepthSeries(report) {
+  const drafting = draftingResults(report);
+  if (drafting.some((r) => r.acceptance_by_depth == null)) return null;
+  return drafting.filter((r) => r.acceptance_by_depth.length).map((r) => ({
+    label: r.policy,
+    points: r.acceptance_by_depth.map((d) => ({ depth: d.depth, rate: d.rate, conditional: d.conditional_rate,
+                                                drafted: d.drafted, reached: d.reached, accepted: d.accepted })),
+  }));
+}
+
+/**
+ * The acceptance-length histogram: per drafting policy, the share of its steps that emitted k tokens, for
+ * k = 1 … the most any step emitted. k counts the accepted drafts and the target's own token (recovered or
+ * bonus), as τ does. Null where the report predates it (version 1).
+ */
+export function acceptLengthSeries(report) {
+  const drafting = draftingResults(report);
+  if (drafting.some((r) => r.accept_lengths == null)) return null;
+  const shown = drafting.filter((r) => r.accept_lengths.length);
+  const most = Math.max(1, ...shown.flatMap((r) => r.accept_lengths.map(([tokens]) => tokens)));
+  const lengths = Array.from({ length: most }, (_, i) => i + 1);
+  const series = shown.map((r) => {
+    const steps = Object.fromEntries(r.accept_lengths);
+    const total = r.accept_lengths.reduce((sum, [, n]) => sum + n, 0);
+    return { label: r.policy, total, steps: lengths.map((k) => steps[k] ?? 0),
+             shares: lengths.map((k) => (steps[k] ?? 0) / total) };
+  });
+  return { lengths, series };
+}
+
+/** Where each policy's step time went: draft, verify and other shares (Hugging Face's baselines keep none). */
+export function timeSplitSeries(report) {
+  return report.results.filter((r) => r.share_draft != null).map((r) => ({
+    label: r.policy, draft: r.share_draft, verify: r.share_verify, other: r.share_other,
+  }));
+}
+
+/** The category columns with their sample size (prompts in each, the same for every policy). */
+export function categoryHeads(report) {
+  const reference = report.results.find((r) => r.policy === "ar") ?? report.results[0];
+  return (report.categories ?? []).map((name) => ({ name, prompts: reference.by_category?.[name]?.prompts ?? null }));
+}
+
+const RUN_METRICS = ["tokens_per_s", "speedup_vs_ar", "tau", "delta", "c", "new_tokens", "steps", "share_draft",
+                     "share_verify", "share_other", "identical_to_ar"];
+const CATEGORY_METRICS = ["prompts", "new_tokens", "wall_s", "tokens_per_s", "speedup_vs_ar", "tau"];
+const DEPTH_METRICS = ["drafted", "reached", "accepted", "rate", "conditional_rate"];
+
+/**
+ * The report as one tidy CSV: a row per (policy, scope, key, metric). Scopes: `run` (the whole run),
+ * `category` (key: its name), `depth` (key: d; per-depth acceptance) and `tokens_per_step` (key: k, the
+ * bonus counted; metric `steps`). Empty values are what the report holds as null.
+ */
+export function resultsCsv(report) {
+  const rows = [["policy", "scope", "key", "metric", "value"]];
+  for (const r of report.results) {
+    for (const metric of RUN_METRICS) rows.push([r.policy, "run", "", metric, r[metric]]);
+    for (const [name, cell] of Object.entries(r.by_category ?? {})) {
+      for (const metric of CATEGORY_METRICS) rows.push([r.policy, "category", name, metric, cell[metric]]);
+    }
+    for (const d of r.acceptance_by_depth ?? []) {
+      for (const metric of DEPTH_METRICS) rows.push([r.policy, "depth", d.depth, metric, d[metric]]);
+    }
+    for (const [tokens, steps] of r.accept_lengths ?? []) rows.push([r.policy, "tokens_per_step", tokens, "steps", steps]);
+  }
+  return rows.map((row) => row.map(csvField).join(",")).join("\n") + "\n";
+}
+
+function csvField(value) {
+  const text = value == null ? "" : String(value);
+  return /[",\n\r]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
+}

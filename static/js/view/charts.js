@@ -71,7 +71,7 @@ export function legend(chart, items) {
   chart.figure.insertBefore(list, chart.svg);
 }
 
-function note(chart, text) {
+export function note(chart, text) {
   const { x0, x1, y0, y1 } = chart.plot;
   chart.svg.append(svgEl("text", { x: (x0 + x1) / 2, y: (y0 + y1) / 2, "text-anchor": "middle", class: "note" }, text));
 }

@@ -98,7 +98,8 @@ function pageCss() {
     .export text { font-family: system-ui, sans-serif; fill: #1d2330; }
     .export .export-title { font-size: 20px; font-weight: 700; } .export .export-caption { font-size: 18px; }
     .export .export-panel { font-size: 15px; }
-    svg.tree text { font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; }`);
+    svg.tree text { font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; }
+    .chart-export .chart-export-title { font-size: 15px; font-weight: 600; } .chart-export .chart-export-legend { font-size: 11px; }`);
   return rules.join("\n");
 }
 
@@ -139,4 +140,43 @@ export function download(name, data, type) {
   link.click();
   link.remove();
   setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+/**
+ * One chart figure (view/charts.js's frame) as a standalone SVG: its title and legend drawn above the
+ * chart, its caption below, the page's styles copied in, so the file reads without the page.
+ */
+export function chartSvgText(figure) {
+  const chart = figure.querySelector("svg.chart-svg");
+  const [, , width, height] = chart.getAttribute("viewBox").split(/\s+/).map(Number);
+  const out = svgEl("svg", { width, class: "export chart-export" });
+  const style = document.createElementNS(SVG_NS, "style");
+  style.textContent = pageCss();
+  out.append(style, svgEl("rect", { x: 0, y: 0, width: "100%", height: "100%", class: "export-page" }));
+  out.append(svgEl("text", { x: 8, y: 20, class: "chart-export-title" }, figure.querySelector("figcaption")?.textContent ?? ""));
+  let x = 8;
+  let y = 40;
+  for (const item of figure.querySelectorAll(".chart-legend li")) {
+    const label = item.textContent;
+    const itemWidth = 20 + 6.6 * label.length;
+    if (x > 8 && x + itemWidth > width - 8) {
+      x = 8;
+      y += 18;
+    }
+    out.append(svgEl("rect", { x, y: y - 9, width: 10, height: 10, fill: item.querySelector("rect, circle")?.getAttribute("fill") }),
+               svgEl("text", { x: x + 14, y, class: "chart-export-legend" }, label));
+    x += itemWidth;
+  }
+  // The chart's marks in a group, not a nested <svg>: the page sizes .chart-svg by CSS (width 100%), the file must not.
+  const marks = svgEl("g", { class: "chart-svg", transform: `translate(0 ${y + 10})` });
+  for (const child of chart.childNodes) marks.append(child.cloneNode(true));
+  out.append(marks);
+  let bottom = y + 10 + height;
+  for (const line of wrap(figure.querySelector(".chart-caption")?.textContent ?? "", Math.floor((width - 16) / 6.6))) {
+    bottom += 16;
+    out.append(svgEl("text", { x: 8, y: bottom, class: "chart-export-legend" }, line));
+  }
+  out.setAttribute("height", String(bottom + 10));
+  out.setAttribute("viewBox", `0 0 ${width} ${bottom + 10}`);
+  return new XMLSerializer().serializeToString(out);
 }

@@ -32,19 +32,32 @@ def cache_length(cache: DynamicCache | None) -> int:
     return cache.get_seq_length() if cache is not None else 0
 
 
-def keep_positions(cache: DynamicCache, positions: list[int]) -> None:
-    """Compacts every layer to the given increasing sequence positions, in place."""
-    shared = 0  # positions that already sit where they belong need no copy
+def gather_positions(tensor: torch.Tensor, dim: int, positions: list[int]) -> None:
+    """Moves the entries at the increasing sequence `positions` along `dim` to the front, in place: KV
+    compaction for either cache (a DynamicCache's keys and values, FastLM's one tensor). The leading
+    positions that already sit where they belong are not copied.
+
+    >>> t = torch.arange(6)
+    >>> gather_positions(t, 0, [0, 1, 3, 5])
+    >>> t[:4].tolist()
+    [0, 1, 3, 5]
+    """
+    shared = 0
     while shared < len(positions) and positions[shared] == shared:
         shared += 1
+    if shared < len(positions):
+        moved = torch.tensor(positions[shared:], dtype=torch.long, device=tensor.device)
+        tensor.narrow(dim, shared, len(positions) - shared).copy_(tensor.index_select(dim, moved))
+
+
+def keep_positions(cache: DynamicCache, positions: list[int]) -> None:
+    """Compacts every layer to the given increasing sequence positions, in place."""
     end = len(positions)
     for layer in cache.layers:
         if not layer.is_initialized:
             continue
-        if shared < end:
-            moved = torch.tensor(positions[shared:], dtype=torch.long, device=layer.keys.device)
-            layer.keys[:, :, shared:end] = layer.keys.index_select(2, moved)
-            layer.values[:, :, shared:end] = layer.values.index_select(2, moved)
+        gather_positions(layer.keys, 2, positions)  # [B, kv_heads, S, head_dim]: positions on dim 2
+        gather_positions(layer.values, 2, positions)
         layer.keys = layer.keys[:, :, :end]
         layer.values = layer.values[:, :, :end]
 

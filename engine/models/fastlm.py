@@ -1,8 +1,9 @@
 """A lean forward for Llama-family models, with a static KV cache that attends only over its filled prefix.
 
-`FastLM` has `CachedLM`'s interface (forward_chain, forward_tree, keep, crop,
-reset, cache_len, max_length, `.model`) and is built from a loaded Hugging Face
-model, in the spirit of gpt-fast's model.py:
+`FastLM` is a `LanguageModel` (engine/models/base.py) as `CachedLM` is
+(forward_chain, forward_tree, keep, crop, reset, cache_len, max_length,
+`.model`) and is built from a loaded Hugging Face model, in the spirit of
+gpt-fast's model.py:
 
 - q/k/v and gate/up are fused into one weight each; the model's own parameters
   become views of the fused tensors, so the Hugging Face model still works
@@ -18,7 +19,7 @@ model, in the spirit of gpt-fast's model.py:
 - one-row products run as matrix-vector products (torch.mv), N rows as
   weight @ xᵀ: both measured faster on a CPU than F.linear (docs/fastpath.md);
 - in bfloat16 on a CPU with AVX512-BF16, every forward runs in the native
-  kernel (engine/native/forward.c), up to 256 new tokens a call (AMX tiles
+  kernel (engine/models/native/forward.c), up to 256 new tokens a call (AMX tiles
   where the CPU has them, else AVX512-BF16 dot products): the weights read
   at close to the read bandwidth, and each token's logits bit for bit those
   it gets when decoded alone, so greedy trees equal ar in bfloat16 too. A
@@ -41,8 +42,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine import native
-from engine.lm import CachedLM, ForwardOutput
+from engine.models import kvcache, native
+from engine.models.base import ForwardOutput, LanguageModel
+from engine.models.lm import CachedLM
 
 MIN_CAPACITY = 256
 FORWARDS = ("native", "lean", "plain")
@@ -93,7 +95,7 @@ def _fuse(linears: list[torch.nn.Linear]) -> torch.Tensor:
     return fused
 
 
-class FastLM:
+class FastLM(LanguageModel):
     """A Llama causal LM with a static KV cache and a lean forward; see the module docstring."""
 
     def __init__(self, model: torch.nn.Module, name: str = "model", kernel: bool = True):
@@ -172,14 +174,8 @@ class FastLM:
     @torch.inference_mode()
     def keep(self, positions: list[int]) -> None:
         """Compacts the cache to the given increasing sequence positions (one gather for all layers)."""
-        shared = 0  # positions that already sit where they belong need no copy
-        while shared < len(positions) and positions[shared] == shared:
-            shared += 1
-        end = len(positions)
-        if shared < end:
-            moved = torch.tensor(positions[shared:], dtype=torch.long, device=self.device)
-            self.kv[:, :, :, shared:end] = self.kv.index_select(3, moved)
-        self.length = end
+        kvcache.gather_positions(self.kv, 3, positions)  # [L, 2, kv, C, d]: positions on dim 3
+        self.length = len(positions)
 
     @torch.inference_mode()
     def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
@@ -325,7 +321,7 @@ def forward_choice() -> str:
     return os.environ.get("SPECSCOPE_FORWARD") or "native"
 
 
-def causal_lm(model: torch.nn.Module, name: str = "model", forward: str | None = None) -> CachedLM | FastLM:
+def causal_lm(model: torch.nn.Module, name: str = "model", forward: str | None = None) -> LanguageModel:
     """The lean forward (with the native kernel where it runs) where it supports the model, else the
     plain Hugging Face forward, said once per model. `forward` None reads SPECSCOPE_FORWARD:
     "native" (the default), "lean" (torch's ops only) or "plain" (Hugging Face's forward)."""

@@ -9,21 +9,16 @@ step starts from exactly the state plain decoding would have reached.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from engine import kvcache
+from engine.models import kvcache
+from engine.models.base import ForwardOutput, LanguageModel
 from engine.tree import attention_bias
 
 
-@dataclass
-class ForwardOutput:
-    logits: torch.Tensor  # [N, V] float32 (float64 for a float64 model)
-    hidden: tuple[torch.Tensor, ...] = ()  # each [N, H]: inputs of the requested layers
+class CachedLM(LanguageModel):
+    """Hugging Face's forward over its own DynamicCache: the plain forward, for any causal LM."""
 
-
-class CachedLM:
     forward_name = "plain"  # Hugging Face's forward (FastLM says "lean" or "native")
 
     def __init__(self, model: torch.nn.Module, name: str = "model"):

@@ -10,14 +10,15 @@ import torch
 from pydantic import Field
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from engine.codec import ByteCodec, Codec
 from engine.drafters.base import Drafter, Proposal
 from engine.drafters.draft_lm import DraftLMDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SuffixDrafter
 from engine.engine import SpecEngine
-from engine.fastlm import causal_lm
-from engine.lm import CachedLM, ForwardOutput
+from engine.models.codec import ByteCodec, Codec
+from engine.models.fastlm import causal_lm
+from engine.models.base import ForwardOutput
+from engine.models.lm import CachedLM
 from engine.policies.base import Decision, LayerSelection, Policy, PolicyParams, Pool
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.embedded import cache_root
+from engine.models.embedded import cache_root
 
 SOURCE = Path(__file__).with_name("forward.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
@@ -342,7 +342,7 @@ def rope_tables(rotary: nn.Module, length: int, dtype: torch.dtype, head_dim: in
 
 
 class NativeHead:
-    """The kernel's `head_step` bound to an EAGLE-3 head (engine/head.py) in bfloat16 on this CPU: one C
+    """The kernel's `head_step` bound to an EAGLE-3 head (engine/models/head.py) in bfloat16 on this CPU: one C
     call per draft forward in place of some sixty torch ops. q/k/v and gate/up run fused, from copies made
     here and made again whenever a weight changes in place (a head being trained, then drafted with)."""
 

@@ -1,7 +1,7 @@
 /* The lean forward's bfloat16 CPU kernel: a whole Llama forward of N new tokens in one call.
  *
- * engine/native/__init__.py compiles this file once per machine (gcc -O3 -march=native -fopenmp)
- * and engine/fastlm.py calls `forward` for bfloat16 forwards on a CPU with AVX512-BF16. Why it
+ * engine/models/native/__init__.py compiles this file once per machine (gcc -O3 -march=native -fopenmp)
+ * and engine/models/fastlm.py calls `forward` for bfloat16 forwards on a CPU with AVX512-BF16. Why it
  * exists: torch's bfloat16 matrix-vector product streams a layer's small weights (0.7–3.5 MB) at
  * half the read bandwidth, and the ~60 small ops a layer needs around its products cost as much
  * again in dispatch (docs/fastpath.md). Here the products are AMX tile products that read each
@@ -33,7 +33,7 @@
 
 typedef uint16_t bf16;
 
-/* What `forward` and `linear` return: 0, or why they refused (engine/native/__init__.py says it in words). */
+/* What `forward` and `linear` return: 0, or why they refused (engine/models/native/__init__.py says it in words). */
 enum {
     NATIVE_OK, NATIVE_BAD_DIMS, NATIVE_TOO_MANY_TOKENS, NATIVE_PAST_CAPACITY, NATIVE_BAD_POSITION,
     NATIVE_BAD_MASK, NATIVE_NO_MEMORY, NATIVE_NO_PAIRS
@@ -83,7 +83,7 @@ static inline __m512 exp16(__m512 x) {
 
 /* Without AMX the products are AVX512-BF16 dot products (`vdpbf16ps`: a lane adds two bf16 products
  * to its float32) with 16 output rows in the lanes. The weights are repacked once, by
- * engine/native/__init__.py's `pair_rows`, as Wp [⌈R/64⌉][K/2][64] uint32: for each 64 rows, pair p
+ * engine/models/native/__init__.py's `pair_rows`, as Wp [⌈R/64⌉][K/2][64] uint32: for each 64 rows, pair p
  * (k = 2p, 2p + 1) of every row side by side, zero rows past R; the activations are read as they lie
  * and each token's pair p is broadcast. So out[t, r] = bf16(((0 + w₀·x₀) + w₁·x₁) + …) over the pairs
  * in order: one chain per output, the same whatever the tokens beside t and however the work is cut,
@@ -700,7 +700,7 @@ int forward(const Forward *f) {
     return NATIVE_OK;
 }
 
-/* One step of an EAGLE-3 draft head (engine/head.py): a Llama decoder layer whose attention reads
+/* One step of an EAGLE-3 draft head (engine/models/head.py): a Llama decoder layer whose attention reads
  * [input_norm(embedding) | hidden_norm(state)], 2H wide, with the state (or its hidden_norm) as the
  * residual, then the final norm and the draft vocabulary's logits for rows first_logit … N − 1. */
 typedef struct {

@@ -1,0 +1,69 @@
+"""results.md: a bench report (tools/report.py) as markdown tables, as `specscope bench` prints it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.report import BenchReport
+
+
+def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> str:
+    """results.md: the summary table, then per category and per prompt, then links to `charts`
+    ((title, file name) pairs written beside it)."""
+    header = (f"target {report.target} · drafter {report.drafter} · {report.device} {report.dtype} · "
+              f"{report.prompts} prompts × {report.max_new_tokens} new tokens · temperature {report.temperature}")
+    lines = [header, ""] + ([f"Note: {report.note}", ""] if report.note else []) + [
+             "| policy | τ | δ | c | tokens/s | speedup vs ar | steps | draft / verify / other | outside forwards "
+             "| identical to ar |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report.results:
+        identical = "—" if r.identical_to_ar is None else ("yes" if r.identical_to_ar else
+                                                           f"no ({len(r.divergences)})")
+        shares = "—" if r.share_draft is None else (
+            f"{r.share_draft:.0%} / {r.share_verify:.0%} / {r.share_other:.0%}")
+        lines.append(f"| {r.policy} | {_cell(r.tau, '.2f')} | {_cell(r.delta, '.2f')} | {_cell(r.c, '.3f')} "
+                     f"| {r.tokens_per_s:.1f} | {r.speedup_vs_ar:.2f}× | {_cell(r.steps, 'd')} | {shares} "
+                     f"| {_cell(r.share_outside_forwards, '.0%')} | {identical} |")
+    if report.categories:
+        lines += _category_tables(report) + _prompt_table(report)
+    if charts:
+        lines += ["", "## Charts"]
+        for title, name in charts:
+            lines += ["", f"![{title}]({name})"]
+    return "\n".join(lines) + "\n"
+
+
+def _category_tables(report: BenchReport) -> list[str]:
+    """Spec-Bench's layout: one row per policy, one column per category, the whole run last."""
+    categories = report.categories
+    head = "| policy | " + " | ".join(name or "—" for name in categories) + " | all |"
+    rule = "|---" * (len(categories) + 2) + "|"
+    lines = []
+    for title, key, spec, unit in (("speedup vs ar", "speedup_vs_ar", ".2f", "×"), ("τ", "tau", ".2f", ""),
+                                   ("tokens/s", "tokens_per_s", ".1f", "")):
+        lines += ["", f"## {title} per category", "", head, rule]
+        for r in report.results:
+            cells = [_cell(getattr(r.by_category[name], key), spec, unit) if name in r.by_category else "—"
+                     for name in categories]
+            lines.append(f"| {r.policy} | " + " | ".join(cells) + f" | {_cell(getattr(r, key), spec, unit)} |")
+    return lines
+
+
+def _prompt_table(report: BenchReport) -> list[str]:
+    """One row per prompt, one column per policy: speedup vs ar on that prompt, and τ where it has steps."""
+    results = report.results
+    lines = ["", "## Per prompt (speedup vs ar · τ)", "",
+             "| question | category | " + " | ".join(r.policy for r in results) + " |",
+             "|---|---" + "|---" * len(results) + "|"]
+    for i, row in enumerate(results[0].per_prompt):
+        cells = []
+        for r in results:
+            mine = r.per_prompt[i]
+            tau = "" if mine.tau is None else f" · {mine.tau:.2f}"
+            cells.append(f"{_cell(mine.speedup_vs_ar, '.2f', '×')}{tau}")
+        lines.append(f"| {row.question_id} | {row.category or '—'} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _cell(value: Any, spec: str, unit: str = "") -> str:
+    return "—" if value is None else format(value, spec) + unit
