@@ -11,7 +11,8 @@ import torch
 from engine.costs import CostTable
 from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.drafters.hybrid import HybridDrafter
-from engine.drafters.suffix import PRIOR_TRUST, SuffixDrafter, SuffixIndex, TrustByLength
+from engine.drafters.suffix import PRIOR_TRUST, SuffixDrafter, TrustByLength
+from engine.drafters.suffix_index import SuffixIndex
 from engine.drafting import grow_tree
 from engine.engine import SpecEngine
 from engine.models.codec import ByteCodec

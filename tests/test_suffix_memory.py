@@ -16,7 +16,8 @@ from engine import acceptance
 from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.memory import MemoryBank, SuffixMemory
-from engine.drafters.suffix import COUNT_CAP, MEMORY, SuffixDrafter, SuffixIndex
+from engine.drafters.suffix import MEMORY, SuffixDrafter
+from engine.drafters.suffix_index import COUNT_CAP, SuffixIndex
 from engine.drafting import grow_tree
 from engine.engine import SpecEngine
 from engine.errors import LoadError

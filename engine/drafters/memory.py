@@ -31,7 +31,7 @@ import threading
 from collections import deque
 from pathlib import Path
 
-from engine.drafters.suffix import SEPARATOR, SuffixIndex
+from engine.drafters.suffix_index import SEPARATOR, SuffixIndex
 from engine.errors import LoadError
 
 DEFAULT_BUDGET = 65_536  # tokens per policy: about 40 MB of index in Python, a few hundred answers

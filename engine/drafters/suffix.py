@@ -23,14 +23,6 @@ from earlier requests, and each source earns its own trust. A node drafts no
 deeper than its match is long (SuffixDecoding's adaptive speculation length,
 α = 1): along a copy the match grows one token per layer, so this only stops
 branches whose match began below the root and is still short.
-
-Counts saturate at COUNT_CAP occurrences: the counting walk up the suffix links
-stops at the first saturated state (every state above it holds a shorter,
-hence at least as frequent, string): each state is raised at most COUNT_CAP
-times, so an update costs amortised O(COUNT_CAP), a constant, even on repetitive
-text, where the chain of suffix links grows with the text (one repeated token:
-the unsaturated walk is as long as the text).
-Only ratios between followers seen more than COUNT_CAP times lose precision.
 """
 
 from __future__ import annotations
@@ -40,107 +32,21 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.drafters.base import Drafter, Proposal
+from engine.drafters.suffix_index import SuffixIndex
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
 
 if TYPE_CHECKING:
     from engine.drafters.memory import SuffixMemory
 
-SEPARATOR = -1  # ends a document in a memory's index: no real token matches it, so no match spans two requests
 BUCKET_FLOORS = (1, 2, 4, 8, 16, 32)  # match lengths at which trust buckets begin
 # Prior acceptance of a candidate in each bucket: how often the most frequent follower was the target's next
 # token in 400 of the target's greedy answers (the shipped head's selfdistill-ids.npz): 0.24, 0.59, 0.77, 0.91,
 # 0.92, 0.99 by bucket, rounded down where few matches were that long.
 PRIOR_TRUST = (0.25, 0.55, 0.75, 0.9, 0.92, 0.95)
 PRIOR_WEIGHT = 6.0  # pseudo-candidates behind each prior
-COUNT_CAP = 64  # occurrences counted per string; past it a count stays at the cap
 SPEC_FACTOR = 1.0  # a node drafts children only while its depth + 1 ≤ SPEC_FACTOR × its match length
 MEMORY = "memory"  # the source of candidates drawn from earlier requests
-
-
-class SuffixIndex:
-    """An online suffix automaton of a token sequence, with occurrence counts.
-
-    Every state is a class of substrings with the same end positions; `count[s]` is how
-    many times they occur, and a transition s --t--> s' exists iff some occurrence is
-    followed by t, s' holding the extended strings (so `count[s']` occurrences of them,
-    up to COUNT_CAP). Appending a token costs amortised O(1) to build and to count.
-
-    >>> index = SuffixIndex(); index.extend_all([1, 2, 3, 1, 2, 4, 1, 2])
-    >>> length, followers = index.followers(*index.end())
-    >>> length, followers  # "1 2" was followed by 3 once and by 4 once
-    (2, {3: 1, 4: 1})
-    """
-
-    def __init__(self) -> None:
-        self.length = [0]  # longest string of each state
-        self.link = [-1]  # suffix link: the state of the longest shorter suffix in another class
-        self.next: list[dict[int, int]] = [{}]
-        self.count = [0]
-        self.last = 0  # the state of the whole text
-        self.size = 0  # tokens indexed
-
-    def extend_all(self, tokens: list[int]) -> None:
-        for token in tokens:
-            self.extend(token)
-
-    def extend(self, token: int) -> None:
-        """Appends one token (the textbook construction), then counts the new end position."""
-        cur = self._new_state(self.length[self.last] + 1, 0, {}, 0)
-        p = self.last
-        while p != -1 and token not in self.next[p]:
-            self.next[p][token] = cur
-            p = self.link[p]
-        if p != -1:
-            q = self.next[p][token]
-            if self.length[p] + 1 == self.length[q]:
-                self.link[cur] = q
-            else:
-                clone = self._new_state(self.length[p] + 1, self.link[q], dict(self.next[q]), self.count[q])
-                while p != -1 and self.next[p].get(token) == q:
-                    self.next[p][token] = clone
-                    p = self.link[p]
-                self.link[q] = self.link[cur] = clone
-        self.last = cur
-        self.size += 1
-        state = cur
-        # Every suffix of the text ends here once more. A saturated state's suffix links lead to
-        # shorter strings, at least as frequent, so saturated too: the walk stops there. Each state
-        # is raised at most COUNT_CAP times, so the walks cost O(COUNT_CAP) per token amortised.
-        while state > 0 and self.count[state] < COUNT_CAP:
-            self.count[state] += 1
-            state = self.link[state]
-
-    def _new_state(self, length: int, link: int, transitions: dict[int, int], count: int) -> int:
-        self.length.append(length)
-        self.link.append(link)
-        self.next.append(transitions)
-        self.count.append(count)
-        return len(self.length) - 1
-
-    def end(self) -> tuple[int, int]:
-        """(state, matched length) of the whole text: where a query that continues the text starts."""
-        return self.last, self.size
-
-    def step(self, state: int, length: int, token: int) -> tuple[int, int]:
-        """The longest suffix of (matched text + token) that occurs: its state and length."""
-        while state > 0 and token not in self.next[state]:
-            state = self.link[state]
-            length = self.length[state]
-        if token in self.next[state]:
-            return self.next[state][token], length + 1
-        return 0, 0
-
-    def followers(self, state: int, length: int) -> tuple[int, dict[int, int]]:
-        """The longest suffix of the match that was followed by something: its length and
-        {next token: occurrences}. (0, {}) when only the empty match is left."""
-        while state > 0:
-            followers = {t: self.count[s] for t, s in self.next[state].items() if t != SEPARATOR}
-            if followers:
-                return length, followers
-            state = self.link[state]
-            length = self.length[state]
-        return 0, {}
 
 
 class TrustByLength:
