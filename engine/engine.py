@@ -149,13 +149,13 @@ class SpecEngine:
             run = _Run(self, prepared, drafter, reporter, cancelled or (lambda: False))
             if drafter is None or bank is None:
                 return run.execute()
-            memory_of_policy = bank.for_policy(prepared.policy.name)
-            drafter.use_memory(memory_of_policy)
+            key = memory_key(prepared.policy)
+            drafter.use_memory(bank.for_policy(key))
             try:
                 finished = run.execute()
             finally:
                 drafter.use_memory(None)
-            bank.remember(prepared.policy.name, prepared.prompt_ids, run.generated)
+            bank.remember(key, prepared.prompt_ids, run.generated)
             return finished
 
     def costs_summary(self, context: int) -> CostsSummary:
@@ -171,6 +171,12 @@ class SpecEngine:
         if name not in self._built:
             self._built[name] = self.drafters[name]()
         return self._built[name]
+
+
+def memory_key(policy: Policy) -> str:
+    """Whose earlier runs a run may draft from: the same policy with the same parameters (talon at μ 0.03 does
+    not draft from talon at μ 0.1 on the same prompt, so a comparison of the two stays fair)."""
+    return f"{policy.name}:{policy.params.model_dump_json()}"
 
 
 class _Run:

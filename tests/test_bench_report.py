@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import torch
 
 from pydantic import ValidationError
 
@@ -232,3 +233,21 @@ def test_worked_examples_in_docstrings_hold():
     assert doctest.testmod(tools.bench).failed == 0
     assert doctest.testmod(tools.plots).failed == 0
     assert doctest.testmod(tools.report).failed == 0
+
+
+def test_a_second_pass_drafts_from_the_first_through_the_suffix_memory():
+    """`--passes 2` with memory on: each drafting policy's second pass copies its own first answers, so it
+    accepts more per step; outputs stay identical to ar's, and ar runs once."""
+    from engine.drafters.memory import MemoryBank
+    from tiny_models import tiny_engine
+
+    engine = tiny_engine(seed=3, dtype=torch.float64)
+    engine.memory = MemoryBank(budget=4096, target="tiny-target")
+    specs = [PolicySpec.parse(text) for text in ("chain", "talon")]
+    report = run_bench(engine, PROMPTS, specs, max_new_tokens=24, drafter="suffix", progress=False, passes=2)
+    by_label = {result.policy: result for result in report.results}
+    assert list(by_label) == ["ar", "chain", "talon", "chain · pass 2", "talon · pass 2"]
+    for name in ("chain", "talon"):
+        first, second = by_label[name], by_label[f"{name} · pass 2"]
+        assert first.identical_to_ar and second.identical_to_ar
+        assert second.tau > first.tau, (name, first.tau, second.tau)

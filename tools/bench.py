@@ -7,6 +7,11 @@ is compared with `ar`'s; where one differs, the first differing position and
 the target's top-2 logit gap there are recorded, so that a rounding near-tie
 can be told apart from a bug.
 
+Drafts may copy from earlier runs (the engine's suffix memory, one per policy and
+parameters, so no policy drafts from another's answer to the same prompt); the
+warm-up is not remembered. `--passes 2` runs the drafting policies over the
+prompts a second time, as a repeated workload, reported as "talon · pass 2".
+
 As Spec-Bench does, the report breaks every policy down by prompt category
 (tokens/s, speedup and τ over that category's prompts) and keeps the per-prompt
 rows behind them. It also keeps, per policy, how many tokens each verified tree
@@ -162,34 +167,26 @@ def _round_robin(groups: list[list[Any]]) -> list[Any]:
 
 def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs: list[PolicySpec],
               max_new_tokens: int, temperature: float = 0.0, seed: int = 0, drafter: str | None = None,
-              progress: bool = True) -> BenchReport:
-    """Runs every spec on every prompt (`ar` added first if missing) and summarises against `ar`."""
+              progress: bool = True, passes: int = 1) -> BenchReport:
+    """Runs every spec on every prompt (`ar` added first if missing) and summarises against `ar`; `passes`
+    beyond the first run the drafting specs over the prompts again (`repeated`)."""
     prompts = [Prompt(*prompt) for prompt in prompts]
     if not any(spec.policy == "ar" for spec in specs):
         specs = [PolicySpec("ar", "ar", {})] + specs
     if temperature > 0 and any(is_hf_baseline(spec.policy) for spec in specs):
         raise RequestError("the Hugging Face baselines decode greedily: use temperature 0", field="policies")
-    tallies = [Tally(spec) for spec in specs]
-    breakdowns = [Breakdown() for _ in specs]
+    rounds = [specs] + [repeated(specs, number) for number in range(2, passes + 1)]
+    tallies = [[Tally(spec) for spec in round_specs] for round_specs in rounds]
+    breakdowns = [[Breakdown() for _ in round_specs] for round_specs in rounds]
     _warm_up(engine, specs, drafter)
-    bar = tqdm(total=len(prompts) * len(specs), desc="bench", unit="run", disable=not progress)
-    for prompt in prompts:
-        for tally, breakdown in zip(tallies, breakdowns):
-            if tally.external:
-                tokens, wall_s = run_hf_baseline(engine, tally.spec.policy, prompt.text, max_new_tokens)
-                tally.add_external(prompt.question_id, tokens, wall_s)
-                breakdown.add_row(prompt.question_id, prompt.category, len(tokens), wall_s, steps=None)
+    bar = tqdm(total=len(prompts) * sum(map(len, rounds)), desc="bench", unit="run", disable=not progress)
+    for round_tallies, round_breakdowns in zip(tallies, breakdowns):
+        for prompt in prompts:
+            for tally, breakdown in zip(round_tallies, round_breakdowns):
+                _run_one(engine, tally, breakdown, prompt, max_new_tokens, temperature, seed, drafter)
                 bar.update()
-                continue
-            request = GenerationRequest(prompt=prompt.text, policy=tally.spec.policy, params=tally.spec.params,
-                                        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                                        drafter=drafter)
-            result = engine.run(request, detail=False, emit=_step_recorder(breakdown))
-            tally.add(prompt.question_id, result)
-            breakdown.add_row(prompt.question_id, prompt.category, result.new_tokens, result.wall_s, result.steps)
-            tally.params = tally.params or engine.validate(request).policy.params.model_dump()
-            bar.update()
     bar.close()
+    tallies, breakdowns = sum(tallies, []), sum(breakdowns, [])
     baseline = next(t for t in tallies if t.spec.policy == "ar")
     ar_rows = breakdowns[tallies.index(baseline)].rows
     prompt_text = {prompt.question_id: prompt.text for prompt in prompts}
@@ -208,6 +205,29 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
                        cost_curve=cost_curve(engine.costs), results=results)
 
 
+def repeated(specs: list[PolicySpec], number: int) -> list[PolicySpec]:
+    """Pass `number` of the specs that draft, labelled by it: with the suffix memory on (the default), each
+    drafts from its own runs of the passes before, as a repeated workload would."""
+    return [PolicySpec(f"{spec.label} · pass {number}", spec.policy, spec.params) for spec in specs
+            if not is_hf_baseline(spec.policy) and POLICIES[spec.policy].drafts]
+
+
+def _run_one(engine: SpecEngine, tally: Tally, breakdown: Breakdown, prompt: Prompt, max_new_tokens: int,
+             temperature: float, seed: int, drafter: str | None) -> None:
+    """One spec on one prompt, counted in its tally and breakdown."""
+    if tally.external:
+        tokens, wall_s = run_hf_baseline(engine, tally.spec.policy, prompt.text, max_new_tokens)
+        tally.add_external(prompt.question_id, tokens, wall_s)
+        breakdown.add_row(prompt.question_id, prompt.category, len(tokens), wall_s, steps=None)
+        return
+    request = GenerationRequest(prompt=prompt.text, policy=tally.spec.policy, params=tally.spec.params,
+                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, drafter=drafter)
+    result = engine.run(request, detail=False, emit=_step_recorder(breakdown))
+    tally.add(prompt.question_id, result)
+    breakdown.add_row(prompt.question_id, prompt.category, result.new_tokens, result.wall_s, result.steps)
+    tally.params = tally.params or engine.validate(request).policy.params.model_dump()
+
+
 def _step_recorder(breakdown: Breakdown):
     """An emit callback that keeps each step's shape (tree size and depth, accepted, emitted); detail is off,
     so only steps arrive."""
@@ -224,7 +244,7 @@ def _warm_up(engine: SpecEngine, specs: list[PolicySpec], drafter: str | None) -
             run_hf_baseline(engine, spec.policy, "Hello", 8)
             continue
         engine.run(GenerationRequest(prompt="Hello", policy=spec.policy, params=spec.params, max_new_tokens=8,
-                                     drafter=drafter), detail=False)
+                                     drafter=drafter), detail=False, memory=None)
 
 
 def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: float,
@@ -324,6 +344,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "greedy decoding for scale")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--limit", type=int, default=None, help="only the first N prompts, one category in turn")
+    parser.add_argument("--passes", type=int, default=1,
+                        help="run the prompts this many times in one process: later passes repeat the drafting "
+                             "policies, labelled '· pass N', each drafting from its own earlier runs through the "
+                             "suffix memory (--suffix-memory-tokens 0 turns it off) (default: 1)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="folder for results.md and results.json (default: runs/bench-…)")
@@ -352,7 +376,10 @@ def command(args: argparse.Namespace) -> int:
     if args.policies is None:
         specs = [PolicySpec.parse(name) for name in dict.fromkeys(["ar", engine.default_policy])]
         print(f"policies: ar and the default, {engine.default_policy_note}")
-    report = run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter)
+    if args.passes < 1:
+        raise RequestError(f"--passes {args.passes}: at least 1", field="passes")
+    report = run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter,
+                       passes=args.passes)
     report.source = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
     report.note = args.note
     out = Path(args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))

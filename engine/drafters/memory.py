@@ -16,8 +16,9 @@ per token.
 
 Scoped, because every draft is drawn on the page, rejected ones included, and
 because a comparison must be fair: a `MemoryBank` holds one memory per policy
-(a policy never drafts from another policy's runs of the same prompt, so a
-bench or a compare pane is not flattered by the pane before it); the engine
+and parameters (a policy never drafts from another policy's runs of the same
+prompt, so a bench or a compare pane is not flattered by the pane before it;
+`engine.engine.memory_key`); the engine
 keeps one bank for its process (the CLI, a bench run), and the server one per
 client unless its operator shares one (app/settings.py). Runs take turns
 (the engine's lock), so a memory never changes under a run that reads it.
@@ -84,7 +85,8 @@ class SuffixMemory:
 
 
 class MemoryBank:
-    """One suffix memory per policy, each with its own budget; optionally loaded from and saved to a file.
+    """One suffix memory per policy (a key: its name and parameters), each with its own budget; optionally
+    loaded from and saved to a file.
 
     The file (JSON) records the target it was drafted for: token ids of another tokenizer would be noise.
     """
