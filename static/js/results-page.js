@@ -1,9 +1,10 @@
 // Wiring of /results: a bench results.json, shipped or opened from disk, drawn as a table and four charts.
 
 import { formatNumber } from "./model/format.js";
+import { baselinePolicy } from "./model/policies.js";
 import {
   PALETTE, categoryRows, checkReport, coloursOf, costSeries, describeReport, speedupSeries, summaryRows,
-  tauByCategorySeries, tauVsSizeSeries,
+  tauByCategorySeries, tauVsSizeSeries, withBaseline,
 } from "./model/results.js";
 import { costChart, speedupChart, tauByCategoryChart, tauVsSizeChart } from "./view/charts.js";
 import { el } from "./view/dom.js";
@@ -16,8 +17,11 @@ function setStatus(text, kind = "") {
 }
 
 let shown = null; // the report on screen, redrawn when the charts' width changes
+// The policy that drafts nothing, as the server serves the policies: what a report without its own baseline is over.
+const served = fetch("/api/policies").then((r) => r.json()).then(baselinePolicy);
 
-function show(report, source) {
+async function show(data, source) {
+  const report = withBaseline(data, await served);
   checkReport(report);
   shown = report;
   $("results-meta").textContent = describeReport(report);
@@ -37,7 +41,7 @@ function chartWidth() {
 
 function drawCharts() {
   if (!shown) return;
-  const colours = coloursOf(shown.results);
+  const colours = coloursOf(shown.results, shown.baseline);
   const size = { width: Math.max(280, chartWidth()) };
   $("results-charts").dataset.width = String(size.width);
   $("results-charts").replaceChildren(
@@ -96,7 +100,7 @@ async function loadShipped(url) {
   try {
     const response = await fetch(url);
     if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
-    show(await response.json(), url.split("/").pop());
+    await show(await response.json(), url.split("/").pop());
   } catch (err) {
     setStatus(`cannot show ${url}: ${err.message}`, "error");
   }
@@ -104,7 +108,7 @@ async function loadShipped(url) {
 
 async function loadFile(file) {
   try {
-    show(JSON.parse(await file.text()), file.name);
+    await show(JSON.parse(await file.text()), file.name);
   } catch (err) {
     setStatus(`cannot show ${file.name}: ${err.message}`, "error");
   }
