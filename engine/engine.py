@@ -39,7 +39,6 @@ from engine.timing import Timings
 from engine.tree import DraftTree, position_ids, tree_attention_allowed
 
 
-
 @dataclass
 class Prepared:
     """A request checked against the engine: its policy's class and checked parameters, drafter name and
@@ -112,7 +111,7 @@ class SpecEngine:
         if not request.prompt.strip():
             raise RequestError("the prompt is empty", field="prompt")
         name = request.policy or self.default_policy
-        policy, params = policy_class(name), policy_params(name, request.params)
+        cls, params = policy_class(name), policy_params(name, request.params)
         drafter = request.drafter or self.default_drafter
         if drafter not in self.drafters:
             raise RequestError(f"unknown drafter {drafter!r}; this engine has {', '.join(self.drafters)}",
@@ -125,7 +124,7 @@ class SpecEngine:
         if len(prompt_ids) + request.max_new_tokens > limit:
             raise RequestError(f"max_new_tokens {request.max_new_tokens} would exceed the model's context of "
                                f"{limit} tokens (the prompt takes {len(prompt_ids)})", field="max_new_tokens")
-        return Prepared(request, policy, params, self.context, drafter if policy.drafts else None, prompt_ids)
+        return Prepared(request, cls, params, self.context, drafter if cls.drafts else None, prompt_ids)
 
     def run(self, request: GenerationRequest, emit: Emit | None = None,
             cancelled: Callable[[], bool] | None = None, detail: bool = True) -> RunFinished:

@@ -3,8 +3,10 @@
 
 export const SERVED_POLICIES = {
   ar: { presentation: { title: "plain decoding", drafts: false, reranks: false, symbols: {} } },
-  chain: { presentation: { title: "chain (Leviathan et al.)", drafts: true, reranks: false, symbols: { "γ": "gamma" } } },
-  eagle: { presentation: { title: "EAGLE-2/3", drafts: true, reranks: true, symbols: { D: "depth", K: "top_k", m: "total" } } },
+  chain: { presentation: { title: "chain (Leviathan et al.)", drafts: true, reranks: false,
+                           symbols: { "γ": "gamma" } } },
+  eagle: { presentation: { title: "EAGLE-2/3", drafts: true, reranks: true,
+                           symbols: { D: "depth", K: "top_k", m: "total" } } },
   talon: { presentation: { title: "TALON", drafts: true, reranks: false,
                            symbols: { N: "budget", K: "top_k", "μ": "mu", k: "forced_layers" } },
            properties: { mu: { default: 0.03, exclusiveMinimum: 0, maximum: 1, type: "number" },

@@ -3,7 +3,7 @@
 // never written here. No DOM, and no policy named: the teaching text (narration.js) is the one
 // module that speaks of policies by name.
 
-/** A policy's presentation: { title, drafts, reranks, symbols }; a policy the server did not serve drafts and has no symbols. */
+/** A policy's presentation: { title, drafts, reranks, symbols }; one the server did not serve drafts, without symbols. */
 export function presentationOf(policies, policy) {
   const served = policies?.[policy]?.presentation ?? {};
   return { title: served.title ?? policy, drafts: served.drafts ?? true, reranks: served.reranks ?? false,
