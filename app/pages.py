@@ -1,4 +1,6 @@
-"""The page and the small JSON endpoints it reads (policy forms, server description, shipped traces)."""
+"""The page and the small JSON endpoints it reads (the request's and the policies' schemas, server description,
+shipped traces). The page takes its rules from these: bounds, defaults, which policy is the default and how each
+policy is presented are the engine's declarations, served, never copied into the page."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from fastapi.templating import Jinja2Templates
 from app.deps import EngineDep, SettingsDep
 from app.settings import ServerSettings
 from engine.interface import Engine
-from engine.policies import policy_schemas
+from engine.policies import DEFAULT_POLICY, policy_schemas
+from engine.request import request_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES_DIR = ROOT / "static" / "traces"
@@ -39,6 +42,12 @@ async def results(request: Request) -> HTMLResponse:
 async def policies() -> dict[str, Any]:
     """Each policy's parameters as JSON schema: defaults, bounds and descriptions for the form."""
     return policy_schemas()
+
+
+@router.get("/api/request")
+async def request() -> dict[str, Any]:
+    """The request's JSON schema: each field's bounds, default and meaning for the form (and for links)."""
+    return request_schema()
 
 
 @router.get("/api/info")
@@ -83,7 +92,8 @@ def describe_trace(path: Path) -> dict[str, Any]:
 
 def describe_engine(engine: Engine | None, settings: ServerSettings) -> dict[str, Any]:
     if engine is None:
-        return {"replay_only": True, "drafters": []}
+        # No model, so nothing measured: the engine's unmeasured default, for forms and links.
+        return {"replay_only": True, "drafters": [], "default_policy": DEFAULT_POLICY}
     info = engine.describe()
     return {"replay_only": False, **info.model_dump(), "suffix_memory": describe_memory(settings, info.suffix_memory_tokens)}
 

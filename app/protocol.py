@@ -11,14 +11,13 @@ error shape to read.
 from __future__ import annotations
 
 import json
-import math
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from engine.errors import RequestError, from_validation
 from engine.events import RunError
-from engine.policies import POLICIES
+from engine.policies import POLICIES, policy_params
 from engine.request import GenerationRequest
 
 
@@ -109,21 +108,11 @@ def _path_to_lone_surrogate(value: object, path: tuple[str, ...] = ()) -> tuple[
 
 
 def check_params_strictly(policy: str, params: dict[str, Any]) -> None:
-    """Policy parameters from a client are JSON values: numbers must be finite numbers, never booleans or
-    strings (the CLI's `--param key=value` strings are parsed by the engine, leniently). Raises a
-    RequestError naming the parameter; an unknown policy is left to the engine's check to name."""
-    cls = POLICIES.get(policy)
-    if cls is None:
-        return
-    for name, value in params.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise RequestError(f"{policy}: {name}: Input should be a finite number", field=f"params.{name}")
-    try:
-        cls.Params.model_validate(params, strict=True)
-    except ValidationError as err:
-        problem = from_validation(err, prefix="params.")
-        raise RequestError(f"{policy}: {str(problem).replace('unknown field', 'unknown parameter')}",
-                           field=problem.field or "params") from None
+    """Policy parameters from a client are JSON values, checked strictly (the policies' one check,
+    engine/policies/spec.py: finite numbers, never booleans or strings). Raises a RequestError naming
+    the parameter; an unknown policy is left to the engine's check to name."""
+    if policy in POLICIES:
+        policy_params(policy, params, text=False)
 
 
 def policy_named_in(text: str) -> str:

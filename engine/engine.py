@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -31,25 +32,30 @@ from engine.interface import Emit, EngineInfo
 from engine.models.base import LanguageModel
 from engine.models.codec import Codec
 from engine.models.device import clock
-from engine.policies import POLICIES, make_policy
-from engine.policies.base import Policy, PolicyContext, StepOutcome
+from engine.policies import DEFAULT_POLICY, POLICIES, policy_class, policy_params
+from engine.policies.base import Policy, PolicyContext, PolicyParams, StepOutcome
 from engine.reporting import RunReporter, VerifiedStep
 from engine.request import GenerationRequest
 from engine.sampling import probs_from_logits
 from engine.timing import Timings
 from engine.tree import DraftTree, position_ids, tree_attention_allowed
 
-DEFAULT_POLICY = "talon"  # where the cost table records no measured fastest policy (it says so)
-
 
 @dataclass
 class Prepared:
-    """A request checked against the engine: its policy, drafter name and prompt ids."""
+    """A request checked against the engine: its policy's class and checked parameters, drafter name and
+    prompt ids. The policy itself is built when first asked for: once per run, not once per check."""
 
     request: GenerationRequest
-    policy: Policy
+    policy_class: type[Policy]
+    params: PolicyParams
+    context: PolicyContext
     drafter: str | None  # None for a policy that drafts nothing
     prompt_ids: list[int]
+
+    @cached_property
+    def policy(self) -> Policy:
+        return self.policy_class(self.params, self.context)
 
 
 class SpecEngine:
@@ -118,7 +124,8 @@ class SpecEngine:
         """The one check of a request against this engine; a RequestError names the field at fault."""
         if not request.prompt.strip():
             raise RequestError("the prompt is empty", field="prompt")
-        policy = make_policy(request.policy or self.default_policy, request.params, self.context)
+        name = request.policy or self.default_policy
+        cls, params = policy_class(name), policy_params(name, request.params)
         drafter = request.drafter or self.default_drafter
         if drafter not in self.drafters:
             raise RequestError(f"unknown drafter {drafter!r}; this engine has {', '.join(self.drafters)}",
@@ -131,7 +138,7 @@ class SpecEngine:
         if len(prompt_ids) + request.max_new_tokens > limit:
             raise RequestError(f"max_new_tokens {request.max_new_tokens} would exceed the model's context of "
                                f"{limit} tokens (the prompt takes {len(prompt_ids)})", field="max_new_tokens")
-        return Prepared(request, policy, drafter if policy.drafts else None, prompt_ids)
+        return Prepared(request, cls, params, self.context, drafter if cls.drafts else None, prompt_ids)
 
     def run(self, request: GenerationRequest, emit: Emit | None = None,
             cancelled: Callable[[], bool] | None = None, detail: bool = True,
@@ -145,7 +152,7 @@ class SpecEngine:
         with self._lock:
             drafter = self._drafter(prepared.drafter) if prepared.drafter else None
             run_id = uuid.uuid4().hex[:12]
-            reporter = RunReporter(emit or (lambda event: None), detail, self.codec, run_id, prepared.policy.name)
+            reporter = RunReporter(emit or (lambda event: None), detail, self.codec, run_id, prepared.policy_class.name)
             run = _Run(self, prepared, drafter, reporter, cancelled or (lambda: False))
             if drafter is None or bank is None:
                 return run.execute()

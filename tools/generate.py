@@ -7,11 +7,10 @@ import json
 from typing import Any
 
 from engine.engine import SpecEngine
-from engine.errors import RequestError
 from engine.events import RunFinished, RunStarted, TextDelta, TraceWriter
 from engine.loading import load_engine
 from engine.options import EngineOptions
-from engine.policies import POLICIES
+from engine.policies import POLICIES, parse_params
 from engine.request import GenerationRequest
 
 SUMMARY_FIELDS = ("text", "new_tokens", "steps", "tau", "delta", "tokens_per_s", "wall_s")
@@ -22,30 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default=None,
                         help=f"one of: {', '.join(POLICIES)} (default: the fastest measured on this device)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="a policy parameter")
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=0)
+    GenerationRequest.add_arguments(parser)
     parser.add_argument("--trace", default=None, help="write every event as JSON lines to this file")
     parser.add_argument("--compare", default=None, metavar="POLICY", help="also run this policy; print the speedup")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
-def parse_params(pairs: list[str]) -> dict[str, str]:
-    params = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise RequestError(f"--param expects key=value, got {pair!r}", field="params")
-        params[key.strip()] = value.strip()
-    return params
-
-
 def command(args: argparse.Namespace) -> int:
     request = GenerationRequest(prompt=args.prompt, policy=args.policy, params=parse_params(args.param),
-                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                                max_new_tokens=args.max_new_tokens, drafter=args.drafter)
+                                drafter=args.drafter, **GenerationRequest.given_in(args))
     engine = load_engine(EngineOptions.from_args(args))
     trace = TraceWriter(args.trace) if args.trace else None
     stream = not args.json

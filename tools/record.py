@@ -11,6 +11,7 @@ from engine.engine import SpecEngine
 from engine.events import TraceWriter
 from engine.loading import load_engine
 from engine.options import EngineOptions
+from engine.policies import PolicySpec
 from engine.request import GenerationRequest
 
 DEFAULT_PROMPT = "Count from one to twenty in words, separated by commas."
@@ -28,18 +29,19 @@ def record(engine: SpecEngine, requests: list[GenerationRequest], path: str) -> 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", help="trace file to write (JSON lines)")
-    parser.add_argument("--policy", action="append", default=None, help="policy to run; repeat for several runs")
+    parser.add_argument("--policy", action="append", default=None,
+                        help="policy to run, parameters after colons (talon:mu=0.05); repeat for several runs "
+                             "(default: the engine's default policy)")
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--temperature", type=float, default=0.0)
+    GenerationRequest.add_arguments(parser)
 
 
 def command(args: argparse.Namespace) -> int:
     engine = load_engine(EngineOptions.from_args(args))
-    requests = [GenerationRequest(prompt=args.prompt, policy=policy, max_new_tokens=args.max_new_tokens,
-                                  seed=args.seed, temperature=args.temperature)
-                for policy in args.policy or ["talon"]]
+    specs = [PolicySpec.parse(text, field="policy") for text in args.policy or [engine.default_policy]]
+    requests = [GenerationRequest(prompt=args.prompt, policy=spec.policy, params=spec.params, drafter=args.drafter,
+                                  **GenerationRequest.given_in(args))
+                for spec in specs]
     record(engine, requests, args.out)
     return 0
 

@@ -15,6 +15,7 @@ class ArPolicy(Policy):
     description = "Plain decoding, no draft: one target forward per token; the baseline every speedup is measured against."
     Params = ArParams
     drafts = False
+    title = "plain decoding"
 
     def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return 0

@@ -100,6 +100,10 @@ class Policy(ABC):
     Params: ClassVar[type[PolicyParams]]
     drafts: ClassVar[bool] = True  # False only for the no-draft baseline
     needs_costs: ClassVar[bool] = False  # reads the cost table: its output says whether the costs were measured
+    # How a page presents it (served with its schema, engine.policies.policy_schemas):
+    title: ClassVar[str]  # its name in words, as the papers write it
+    reranks: ClassVar[bool] = False  # every step ends in a rerank of the drafted tree (a phase of its own)
+    symbols: ClassVar[dict[str, str]] = {}  # the papers' symbol of each main parameter -> the parameter
 
     def __init__(self, params: PolicyParams, context: PolicyContext | None = None):
         self.params = params

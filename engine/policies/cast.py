@@ -150,6 +150,8 @@ class CastPolicy(Policy):
                    "unit of measured forward time beat C1, C2 and C3 (reads the cost table).")
     needs_costs = True
     Params = CastParams
+    title = "CAST"
+    symbols = {"C1": "c1", "C2": "c2", "C3": "c3", "K": "top_k"}
 
     def __init__(self, params: CastParams, context: PolicyContext | None = None):
         super().__init__(params, context)

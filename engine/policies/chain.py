@@ -41,6 +41,8 @@ class ChainPolicy(Policy):
     name = "chain"
     description = "A line of γ draft tokens verified in one forward (Leviathan et al. 2023): deep and one wide."
     Params = ChainParams
+    title = "chain (Leviathan et al.)"
+    symbols = {"γ": "gamma"}
     needs_costs = True  # past γ only; its output says whether the costs were measured
 
     def children_per_node(self, tree: DraftTree, depth: int) -> int:

@@ -33,6 +33,9 @@ class EaglePolicy(Policy):
     description = ("EAGLE-2's dynamic tree: D layers, each growing the K best paths by their top-K children, "
                    "then the m nodes of highest path score are verified.")
     Params = EagleParams
+    title = "EAGLE-2/3"
+    reranks = True  # to the m best nodes, every step
+    symbols = {"D": "depth", "K": "top_k", "m": "total"}
 
     def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return self.params.top_k

@@ -53,6 +53,8 @@ class TalonPolicy(Policy):
     description = ("TALON's budgeted tree: each layer keeps the candidates whose path score is at least μ × the "
                    "layer's best, within N nodes; confident drafts grow deep and narrow, unsure ones shallow and wide.")
     Params = TalonParams
+    title = "TALON"
+    symbols = {"N": "budget", "K": "top_k", "μ": "mu", "k": "forced_layers"}
 
     def children_per_node(self, tree: DraftTree, depth: int) -> int:
         """Top-K at a forced layer; at a gated layer, as many as the budget has left (see the module doc)."""

@@ -122,6 +122,7 @@ class TalonAdaptivePolicy(TalonPolicy):
                    "and the move is undone if tokens per second fell.")
     needs_costs = True
     Params = TalonAdaptiveParams
+    title = "TALON, adaptive"
 
     def __init__(self, params: TalonAdaptiveParams, context: PolicyContext | None = None):
         super().__init__(params, context)

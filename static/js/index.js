@@ -6,14 +6,15 @@ import { foldEvents, parseTrace, runSummary, splitRuns } from "./model/events.js
 import { boundsOf, collapsibleCount, layoutTree } from "./model/layout.js";
 import { narrate, prefixLength } from "./model/narration.js";
 import { foldPhase, parsePosition, phaseKey, stepEvent } from "./model/phases.js";
-import { baselineKey, checkSetup, decodeLink, encodeCompare, encodeLink, encodeView } from "./model/setup.js";
+import { isBaseline, presentationOf } from "./model/policies.js";
+import { baselineKey, checkSetup, decodeLink, encodeCompare, encodeLink, encodeView, setupRules } from "./model/setup.js";
 import { formulaNumbers, kvCache, verifiedTree, walkStep } from "./model/theory.js";
 import { PhasePlayer } from "./player.js";
 import { renderCaption } from "./view/caption.js";
 import { CompareView, REPLAY_ONLY_REASON } from "./view/compare.js";
 import { el } from "./view/dom.js";
 import { composeSvg, download, svgToPng, traceText as eventsText } from "./view/export.js";
-import { describePolicy, fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
+import { applyRequestRules, describePolicy, fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
 import { Presentation } from "./view/presentation.js";
 import { renderMetrics, renderOutput, renderTimeline } from "./view/run.js";
 import { renderFormulas, renderKv, renderMask, renderSampling, scaleDrawings } from "./view/theory.js";
@@ -29,7 +30,8 @@ const OPEN_BY_ITSELF = 12;
 const PANEL_OF_PHASE = { draft: "formulas", rerank: "formulas", verify: "mask", accept: "sampling", commit: "kv" };
 
 const page = {
-  schemas: {},
+  schemas: {}, // the served policies (/api/policies): parameters and presentation
+  rules: null, // the form's bounds and defaults (model/setup.js setupRules, from /api/request and /api/info)
   baselines: new Map(), // baselineKey -> ar run_finished, for speedups
   request: null, // the request behind what is on screen
   connection: new Connection(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`,
@@ -105,7 +107,7 @@ function draw() {
   renderCaption($("caption"), narrate(events, phase, state));
   drawTheory(phase, state);
   renderTimeline($("step-timeline"), whole, phase?.stepIndex ?? -1, (i) => player.seekStep(i));
-  renderOutput($("output"), state.run);
+  renderOutput($("output"), state.run, presentationOf(page.schemas, state.run.policy).drafts);
   $("output").dataset.finished = String(Boolean(state.run.finished));
   renderMetrics($("metrics"), runSummary(state.run), speedupOf(state.run), (i) => player.seekStep(i));
   saveView();
@@ -208,7 +210,8 @@ function drawTheory(phase, state) {
   });
   const ar = page.arEvents;
   const arFinished = ar?.find((e) => e.type === "run_finished") ?? (page.request ? page.baselines.get(baselineKey(page.request)) : null);
-  renderFormulas($("formula-panel"), formulaNumbers(events, phase, { arFinished, arEvents: ar }), { policy: started.policy });
+  renderFormulas($("formula-panel"), formulaNumbers(events, phase, { arFinished, arEvents: ar, policies: page.schemas }),
+                 { drafts: presentationOf(page.schemas, started.policy).drafts });
   for (const id of ["kv-panel", "sampling-panel"]) scaleDrawings($(id), drawingScale());
 }
 
@@ -253,7 +256,7 @@ function textAtPost(step, post) {
 
 function speedupOf(run) {
   if (!run.finished) return null;
-  if (run.policy === "ar") return 1;
+  if (isBaseline(page.schemas, run.policy)) return 1;
   const ar = page.arEvents?.find((e) => e.type === "run_finished")
     ?? (page.request ? page.baselines.get(baselineKey(page.request)) : null);
   return ar && ar.tokens_per_s > 0 ? run.finished.tokens_per_s / ar.tokens_per_s : null;
@@ -302,7 +305,7 @@ function applySetup(setup) {
   if (setup.temperature != null) $("temperature").value = setup.temperature;
   if (setup.seed != null) $("seed").value = setup.seed;
   if (setup.max_new_tokens != null) $("max-new-tokens").value = setup.max_new_tokens;
-  fillPolicySelect($("policy"), page.schemas, setup.policy ?? "talon");
+  fillPolicySelect($("policy"), page.schemas, setup.policy ?? page.rules.defaults.policy);
   renderParams($("params"), page.schemas[$("policy").value], setup.params ?? {});
   describePolicy($("policy-description"), page.schemas[$("policy").value]);
 }
@@ -351,7 +354,7 @@ async function runSingle(event) {
       page.player.push(e);
       if (e.type === "verify") setStatus(`running ${request.policy}: step ${e.step}`, "busy");
     });
-    if (finished.policy === "ar") page.baselines.set(baselineKey(request), finished);
+    if (isBaseline(page.schemas, finished.policy)) page.baselines.set(baselineKey(request), finished);
     setStatus(`finished: ${finished.new_tokens} tokens in ${finished.steps} steps (${finished.stop_reason}); ` +
               "← → walk through it phase by phase", "done");
   } catch (err) {
@@ -425,7 +428,7 @@ async function loadTrace(name, { at = null, runIndex = 0 } = {}) {
   };
   $("trace-compare").hidden = runs.length < 2;
   $("trace-compare").onclick = () => page.compare.showRecorded(runs);
-  page.arEvents = runs.find((run) => run.policy === "ar")?.events ?? null;
+  page.arEvents = runs.find((run) => isBaseline(page.schemas, run.policy))?.events ?? null;
   showRecorded(runs[index], { at });
   return runs;
 }
@@ -528,13 +531,16 @@ function exportName() {
 // ---------------------------------------------------------------- start
 
 async function start() {
-  const [schemas, info] = await Promise.all([fetch("/api/policies").then((r) => r.json()),
-                                             fetch("/api/info").then((r) => r.json())]);
+  const [schemas, request, info] = await Promise.all(["/api/policies", "/api/request", "/api/info"].map(
+    (url) => fetch(url).then((r) => r.json())));
   page.schemas = schemas;
+  page.player.policies = schemas;
+  page.rules = setupRules(request, info.default_policy);
+  applyRequestRules(document, page.rules);
   const link = await decodeLink(location.search, location.hash);
   const view = link.view;
   // What a link asks for is checked; whatever is replaced by a default is said in the status line.
-  const { setup, problems } = checkSetup(link.setup, page.schemas);
+  const { setup, problems } = checkSetup(link.setup, page.schemas, page.rules);
   applySetup(setup);
   if (["auto", "mask", "kv", "sampling", "formulas"].includes(view.view)) page.view = view.view;
   $("policy").addEventListener("change", () => {
@@ -562,7 +568,8 @@ async function start() {
   document.addEventListener("keydown", onKey);
   document.addEventListener("click", () => page.tooltip.unpin());
   window.addEventListener("resize", () => refocus());
-  page.compare = new CompareView({ schemas: page.schemas, connection: page.connection, readSetup,
+  page.compare = new CompareView({ schemas: page.schemas, defaultPolicy: page.rules.defaults.policy,
+                                   connection: page.connection, readSetup,
                                    baselines: page.baselines, setRunning, replayOnly: Boolean(info.replay_only),
                                    onChange: () => saveView() });
   $("compare-toggle").addEventListener("click", () => page.compare.toggle());
@@ -603,9 +610,9 @@ async function start() {
 /** Compare mode from a link: its panes (checked like the form's setup) and alignment. */
 function restoreCompare(compare, problems) {
   const panes = compare.panes.map((pane) => {
-    const checked = checkSetup({ policy: pane.policy, params: pane.params }, page.schemas);
+    const checked = checkSetup({ policy: pane.policy, params: pane.params }, page.schemas, page.rules);
     problems.push(...checked.problems.map((problem) => `compare pane: ${problem}`));
-    return { policy: checked.setup.policy ?? "talon", params: checked.setup.params };
+    return { policy: checked.setup.policy ?? page.rules.defaults.policy, params: checked.setup.params };
   });
   if (panes.length) page.compare.setPanes(panes);
   page.compare.setAlign(compare.align);

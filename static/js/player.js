@@ -1,7 +1,7 @@
 // PhasePlayer: one cursor over the phases of one run (model/phases.js), for the single view and for
 // each pane of compare mode. No DOM: whoever owns the player draws in `onChange`.
 //
-//   const player = new PhasePlayer({ onChange: (player) => draw(player) });
+//   const player = new PhasePlayer({ onChange: (player) => draw(player), policies });  policies: /api/policies
 //   player.load(events, { follow: false, at: position })  a recorded run: opens at `at` or its first phase
 //   player.load([], { follow: true }); player.push(event)  a live run: the newest phase as events arrive
 //   player.phase      the phase on screen: { index, step, stepIndex, name, layer, end, walked, walkLength } or null
@@ -29,9 +29,10 @@ import { nearestPhase, phasesOf, positionOf } from "./model/phases.js";
 const LINGER = { draft: 1100, rerank: 1300, verify: 1500, accept: 900, commit: 1200 };
 
 export class PhasePlayer {
-  constructor({ onChange = () => {}, speed = 1 } = {}) {
+  constructor({ onChange = () => {}, speed = 1, policies = {} } = {}) {
     this.onChange = onChange;
     this.speed = speed;
+    this.policies = policies; // the served policies: which end every step in a rerank (model/phases.js)
     this.events = [];
     this.playing = false;
     this.live = false; // events still arriving
@@ -44,7 +45,7 @@ export class PhasePlayer {
 
   get phases() {
     if (this._dirty) {
-      this._phases = phasesOf(this.events);
+      this._phases = phasesOf(this.events, this.policies);
       this._dirty = false;
     }
     return this._phases;

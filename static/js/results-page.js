@@ -2,10 +2,11 @@
 // chart downloadable as SVG or PNG and the whole report as CSV.
 
 import { formatNumber } from "./model/format.js";
+import { baselinePolicy } from "./model/policies.js";
 import {
   PALETTE, acceptLengthSeries, acceptanceByDepthSeries, categoryHeads, categoryRows, checkReport, coloursOf,
   costSeries, describeReport, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries,
-  tauVsSizeSeries, timeSplitSeries,
+  tauVsSizeSeries, timeSplitSeries, withBaseline,
 } from "./model/results.js";
 import { costChart, speedupChart, tauByCategoryChart, tauVsSizeChart } from "./view/charts.js";
 import { el } from "./view/dom.js";
@@ -21,8 +22,11 @@ function setStatus(text, kind = "") {
 
 let shown = null; // the report on screen, redrawn when the charts' width changes
 let shownName = "results"; // the file it came from, without .json: the downloads are named after it
+// The policy that drafts nothing, as the server serves the policies: what a report without its own baseline is over.
+const served = fetch("/api/policies").then((r) => r.json()).then(baselinePolicy);
 
-function show(report, source) {
+async function show(data, source) {
+  const report = withBaseline(data, await served);
   checkReport(report);
   shown = report;
   shownName = source.replace(/\.json$/i, "") || "results";
@@ -45,7 +49,7 @@ function chartWidth() {
 
 function drawCharts() {
   if (!shown) return;
-  const colours = coloursOf(shown.results);
+  const colours = coloursOf(shown.results, shown.baseline);
   const size = { width: Math.max(280, chartWidth()) };
   const versioned = { ...size, version: reportVersion(shown) };
   $("results-charts").dataset.width = String(size.width);
@@ -146,7 +150,7 @@ async function loadShipped(url) {
   try {
     const response = await fetch(url);
     if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
-    show(await response.json(), url.split("/").pop());
+    await show(await response.json(), url.split("/").pop());
   } catch (err) {
     setStatus(`cannot show ${url}: ${err.message}`, "error");
   }
@@ -154,7 +158,7 @@ async function loadShipped(url) {
 
 async function loadFile(file) {
   try {
-    show(JSON.parse(await file.text()), file.name);
+    await show(JSON.parse(await file.text()), file.name);
   } catch (err) {
     setStatus(`cannot show ${file.name}: ${err.message}`, "error");
   }

@@ -6,8 +6,9 @@ import {
   describeNode, foldEvents, outputSegments, runSummary, splitRuns, stepEnds, treeShape,
 } from "../../static/js/model/events.js";
 import { shadeClass, tokenLabel } from "../../static/js/model/format.js";
-import { decodeSetup, encodeSetup, paramControls } from "../../static/js/model/setup.js";
+import { checkSetup, decodeSetup, encodeSetup, paramControls, setupRules } from "../../static/js/model/setup.js";
 import { endedRun, rerankStep as stepEvents } from "./fixtures.mjs";
+import { SERVED_POLICIES, SERVED_REQUEST } from "./served.mjs";
 
 test("tokenLabel_makes_whitespace_visible", () => {
   assert.equal(tokenLabel(" the\n"), "␣the↵");
@@ -78,10 +79,12 @@ test("output_segments_group_by_step_and_fall_back_to_the_final_text", () => {
   assert.equal(shadeClass(12), "shade-8");
 });
 
-test("setup_round_trips_through_the_url", () => {
+test("setup_round_trips_through_the_url_and_reads_its_parameters_by_the_schema", () => {
   const setup = { prompt: "Hi & <b>", policy: "talon", seed: 3, temperature: 0, max_new_tokens: 64,
                   params: { mu: 0.05, budget: 40, sample: true } };
-  assert.deepEqual(decodeSetup("?" + encodeSetup(setup)), setup);
+  const schemas = { talon: { properties: { ...SERVED_POLICIES.talon.properties, sample: { type: "boolean", default: false } } } };
+  const back = checkSetup(decodeSetup("?" + encodeSetup(setup)), schemas, setupRules(SERVED_REQUEST, "talon"));
+  assert.deepEqual(back, { setup, problems: [] });
 });
 
 test("param_controls_carry_schema_defaults_and_bounds", () => {

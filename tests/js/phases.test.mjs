@@ -4,6 +4,7 @@ import { test } from "node:test";
 
 import { foldPhase, nearestPhase, parsePosition, phaseKey, phasesOf, phaseTitle } from "../../static/js/model/phases.js";
 import { arRun, candidate, talonRun } from "./fixtures.mjs";
+import { SERVED_POLICIES } from "./served.mjs";
 
 const names = (phases) => phases.map(phaseKey);
 
@@ -23,7 +24,8 @@ test("a_rerank_phase_appears_where_the_tree_event_drops_candidates", () => {
   events[3].pruned = [candidate(0, 98, " b", 1, 0.3, false, 2, "rerank")];
   assert.deepEqual(names(phasesOf(events)).slice(0, 4), ["draft-1", "draft-2", "rerank", "verify"]);
   const eagle = talonRun.map((e) => ({ ...e, policy: "eagle" }));
-  assert.ok(names(phasesOf(eagle)).includes("rerank"), "eagle always reranks");
+  assert.ok(names(phasesOf(eagle, SERVED_POLICIES)).includes("rerank"), "eagle always reranks");
+  assert.ok(!names(phasesOf(talonRun, SERVED_POLICIES)).includes("rerank"), "talon only where its tree drops some");
 });
 
 test("plain_decoding_has_verify_accept_and_commit_only", () => {

@@ -5,11 +5,12 @@ import { test } from "node:test";
 import {
   acceptLengthSeries, acceptanceByDepthSeries, categoryHeads, categoryRows, checkReport, coloursOf, costSeries,
   describeReport, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
-  timeSplitSeries,
+  timeSplitSeries, withBaseline,
 } from "../../static/js/model/results.js";
 import { linear, log2, log2Ticks, niceMax, niceTicks } from "../../static/js/model/scale.js";
 
 const REPORT = {
+  baseline: "ar",
   target: "t", drafter: "hybrid", device: "cpu", dtype: "bfloat16", prompts: 2, max_new_tokens: 8, temperature: 0,
   categories: ["writing", "coding"],
   cost_curve: { source: "measured", ns: [1, 2, 4], contexts: [128, 512], ms: [[10, 11, 14], [12, 13, 18]],
@@ -28,7 +29,8 @@ const REPORT = {
 test("a_report_without_results_or_ar_is_refused_with_a_reason", () => {
   assert.throws(() => checkReport([]), /not a JSON object/);
   assert.throws(() => checkReport({ results: [] }), /no "results" list/);
-  assert.throws(() => checkReport({ results: [{ policy: "talon", tokens_per_s: 1 }] }), /no ar result/);
+  assert.throws(() => checkReport(withBaseline({ results: [{ policy: "talon", tokens_per_s: 1 }] }, "ar")), /no ar result/);
+  assert.equal(withBaseline({ ...REPORT, baseline: "own" }, "ar").baseline, "own", "a report's own baseline wins");
   assert.equal(checkReport(REPORT), REPORT);
 });
 
@@ -41,7 +43,7 @@ test("series_match_the_bench_plots", () => {
                                                                           { size: 20, steps: 4, tau: 2.25 }] }]);
   assert.deepEqual(costSeries(REPORT).lines.map((l) => l.context), [128, 512]);
   assert.equal(costSeries({ ...REPORT, cost_curve: null }), null);
-  const colours = coloursOf(REPORT.results);
+  const colours = coloursOf(REPORT.results, REPORT.baseline);
   assert.notEqual(colours.talon, colours["hf-generate"]);
 });
 

@@ -6,9 +6,10 @@ import { test } from "node:test";
 import { phasesOf } from "../../static/js/model/phases.js";
 import {
   acceptanceRate, ancestorMatrix, ancestorsOf, attentionMask, formulaNumbers, kvCache, leviathanTau, positionIds,
-  predictedSpeedup, summaryCost, verifiedTree, verifyCost, walkStep,
+  predictedSpeedup, tableCost, verifiedTree, verifyCost, walkStep,
 } from "../../static/js/model/theory.js";
 import { arRun, endedRun, sampledRun, talonRun } from "./fixtures.mjs";
+import { SERVED_POLICIES } from "./served.mjs";
 
 test("mask_and_positions_match_engine_tree_doctests", () => {
   assert.deepEqual(ancestorMatrix([-1, 0, 0, 1]), [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]);
@@ -75,10 +76,12 @@ test("alpha_counts_accepted_over_tried_positions_and_leviathan_follows", () => {
 
 test("the_run_s_cost_summary_is_read_as_engine_costs_reads_its_table", () => {
   const costs = { source: "measured", context: 128, ns: [1, 2, 4], target_ms: [10, 12, 20], draft_ms: [1, 1, 2] };
-  assert.equal(summaryCost(costs, 3), 16, "_interpolate doctest");
-  assert.equal(summaryCost(costs, 6), 28, "extrapolated from the last two");
-  assert.equal(summaryCost({ ...costs, target_ms: [11, 10.5, 30] }, 2), 11, "running maximum");
+  assert.equal(tableCost(costs, 3), 20, "the engine's time for 4 tokens prices 3, as the engine reads it");
+  assert.equal(tableCost(costs, 2), 12, "a listed n is read as listed");
+  assert.equal(tableCost(costs, 6), null, "past the listed sizes the page invents nothing");
   assert.deepEqual(verifyCost({ costs, treeTokens: 4 }), { ratio: 2, source: "cost table (measured)" });
+  assert.deepEqual(verifyCost({ costs, treeTokens: 6, stepVerifyMs: 30, arVerifyMs: 10 }), { ratio: 3, source: "measured" },
+                   "a tree larger than the table lists: the run's own timings");
   assert.deepEqual(verifyCost({ treeTokens: 61, stepVerifyMs: 30, arVerifyMs: 10 }), { ratio: 3, source: "measured" });
   assert.equal(verifyCost({ treeTokens: 61 }), null);
 });
@@ -93,12 +96,12 @@ test("formula_numbers_use_the_run_so_far_and_plain_decoding_for_the_measured_spe
   const end = formulaNumbers(talonRun, phases[phases.length - 1], { arEvents: arRun, arFinished: arRun[arRun.length - 1] });
   assert.equal(end.measured, 0.5);
   assert.equal(end.predicted, 2 / (1 + 0.2 * 1.5));
-  const chain = formulaNumbers(sampledRun, phasesOf(sampledRun).at(-1));
+  const chain = formulaNumbers(sampledRun, phasesOf(sampledRun).at(-1), { policies: SERVED_POLICIES });
   assert.equal(chain.gamma, 2);
   assert.equal(chain.leviathan, leviathanTau(0.5, 2));
   const withTable = structuredClone(talonRun);
   withTable[0].costs = { source: "synthetic", context: 128, ns: [1, 8, 64], target_ms: [40, 50, 120], draft_ms: [4, 5, 12] };
   const priced = formulaNumbers(withTable, phases[5], { arEvents: arRun });
   assert.equal(priced.stepVerifyCost.source, "cost table (synthetic)", "the run's own table wins over timings");
-  assert.equal(priced.stepVerifyCost.ratio, (40 + 10 * 4 / 7) / 40, "5 tokens between 1 and 8");
+  assert.equal(priced.stepVerifyCost.ratio, 50 / 40, "5 tokens read at the engine's 8");
 });

@@ -121,13 +121,14 @@ export function sharedScales(facts) {
 }
 
 /**
- * The table that explains, one row per run (ar's first where present):
+ * The table that explains, one row per run (the baseline's first where present: `baseline` names the
+ * policy that drafts nothing, model/policies.js baselinePolicy):
  *   tokensPerS, speedup (ar = 1), tau, delta, c, meanTreeSize (draft nodes verified per step),
  *   acceptance (accepted drafts over drafted nodes verified), predictedR = τ / (1 + c·δ) (the speedup if
  *   verifying a tree cost one plain forward; δ = 0 needs no c), equality with ar.
  */
-export function tableRows(facts, { dtype = null } = {}) {
-  const ar = facts.find((f) => f.policy === "ar" && f.finished) ?? null;
+export function tableRows(facts, { dtype = null, baseline = null } = {}) {
+  const ar = facts.find((f) => f.policy === baseline && f.finished) ?? null;
   const ordered = ar ? [ar, ...facts.filter((f) => f !== ar)] : facts;
   return ordered.filter((f) => f.finished).map((f) => {
     const done = f.finished;

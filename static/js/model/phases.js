@@ -5,15 +5,13 @@
 // the accept walk, how many of the walk's nodes have been decided (`walked`). No DOM.
 
 import { foldEvents } from "./events.js";
+import { reranks } from "./policies.js";
 
 export const PHASE_NAMES = ["draft", "rerank", "verify", "accept", "commit"];
 
-// Policies whose final tree is a rerank of what they drafted; others get a rerank phase only
-// when their tree event drops something.
-const RERANKING = new Set(["eagle"]);
-
 /**
- * Every phase of a run's events, in order.
+ * Every phase of a run's events, in order. `policies` are the served policies (/api/policies): one whose
+ * every step ends in a rerank gets a rerank phase each step; others only when their tree drops something.
  *
  * Phase: { index, step, stepIndex, name, layer, end, walked, walkLength }
  *   step       the engine's step number; stepIndex its 0-based place in the run
@@ -24,7 +22,7 @@ const RERANKING = new Set(["eagle"]);
  * Example: a chain step with two draft layers, verified with an accepted path [0, 1] gives
  * draft 1, draft 2, verify, accept (walked 1), accept (walked 2), commit.
  */
-export function phasesOf(events) {
+export function phasesOf(events, policies = {}) {
   const policy = events.find((e) => e.type === "run_started")?.policy ?? events[0]?.policy;
   const phases = [];
   stepSpans(events).forEach((span, stepIndex) => {
@@ -32,7 +30,7 @@ export function phasesOf(events) {
                                                        layer: null, end, walked: 0, walkLength: 0, ...extra });
     for (const i of span.layers) add("draft", i + 1, { layer: events[i].depth });
     const tree = span.tree == null ? null : events[span.tree];
-    if (tree && (tree.pruned?.length || RERANKING.has(policy))) add("rerank", span.tree + 1);
+    if (tree && (tree.pruned?.length || reranks(policies, policy))) add("rerank", span.tree + 1);
     if (span.verify != null) {
       const walkLength = walkNodes(events[span.verify]).length;
       add("verify", span.verify + 1, { walkLength });

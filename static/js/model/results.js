@@ -1,5 +1,6 @@
 // A `specscope bench` results.json -> what the /results page draws. The same series as tools/plots.py,
-// so the page and `bench --plots` show the same charts. No DOM.
+// so the page and `bench --plots` show the same charts. No DOM. `report.baseline` names the policy
+// every speedup is over: the report's own, else the served one that drafts nothing (withBaseline).
 
 import { SHORT_DTYPE, nearTieBound } from "./compare.js";
 
@@ -14,6 +15,12 @@ export function isBaseline(label) {
   return HF_BASELINES.includes(String(label).split(":")[0]);
 }
 
+/** The report with its baseline named: its own where it names one, else `baseline` (model/policies.js baselinePolicy). */
+export function withBaseline(report, baseline) {
+  return report && typeof report === "object" && !Array.isArray(report)
+    ? { ...report, baseline: report.baseline ?? baseline } : report;
+}
+
 /** Checks that `data` is a bench report this page can draw; throws an Error saying what is missing. */
 export function checkReport(data) {
   if (!data || typeof data !== "object" || Array.isArray(data)) throw new Error("not a JSON object");
@@ -22,16 +29,16 @@ export function checkReport(data) {
     if (typeof r.policy !== "string") throw new Error(`results[${i}] has no policy`);
     if (typeof r.tokens_per_s !== "number") throw new Error(`results[${i}] (${r.policy}) has no tokens_per_s`);
   }
-  if (!data.results.some((r) => r.policy === "ar")) throw new Error("no ar result: speedups need the baseline");
+  if (!data.results.some((r) => r.policy === data.baseline)) throw new Error(`no ${data.baseline} result: speedups need the baseline`);
   return data;
 }
 
-/** One colour per policy label, stable across charts: ar dark grey, Hugging Face grey, the rest in turn. */
-export function coloursOf(results) {
+/** One colour per policy label, stable across charts: the baseline dark grey, Hugging Face grey, the rest in turn. */
+export function coloursOf(results, baseline) {
   const colours = {};
   let drafting = 0;
   for (const { policy } of results) {
-    if (policy === "ar") colours[policy] = AR_GREY;
+    if (policy === baseline) colours[policy] = AR_GREY;
     else if (isBaseline(policy)) colours[policy] = BASELINE_GREY;
     else colours[policy] = PALETTE[drafting++ % PALETTE.length];
   }
@@ -41,7 +48,7 @@ export function coloursOf(results) {
 /** [{label, value, baseline}] in the report's order; ar reads 1.00 by definition. */
 export function speedupSeries(report) {
   return report.results.map((r) => ({
-    label: r.policy, value: r.policy === "ar" ? 1 : r.speedup_vs_ar ?? null, baseline: isBaseline(r.policy),
+    label: r.policy, value: r.policy === report.baseline ? 1 : r.speedup_vs_ar ?? null, baseline: isBaseline(r.policy),
   }));
 }
 
@@ -49,7 +56,7 @@ export function speedupSeries(report) {
 export function tauByCategorySeries(report) {
   const categories = report.categories ?? [];
   const series = report.results
-    .filter((r) => r.tau != null && r.policy !== "ar")
+    .filter((r) => r.tau != null && r.policy !== report.baseline)
     .map((r) => ({ label: r.policy, values: categories.map((c) => r.by_category?.[c]?.tau ?? null) }));
   return { categories, series };
 }
@@ -57,7 +64,7 @@ export function tauByCategorySeries(report) {
 /** Per drafting policy, one point per verified tree size: mean tokens emitted by its steps, and how many. */
 export function tauVsSizeSeries(report) {
   return report.results
-    .filter((r) => r.tau != null && r.policy !== "ar" && r.tree_sizes?.length)
+    .filter((r) => r.tau != null && r.policy !== report.baseline && r.tree_sizes?.length)
     .map((r) => ({ label: r.policy,
                    points: r.tree_sizes.map(([size, steps, emitted]) => ({ size, steps, tau: emitted / steps })) }));
 }
@@ -85,8 +92,8 @@ export function categoryRows(report) {
   return report.results.map((r) => ({
     policy: r.policy,
     cells: [...categories.map((c) => r.by_category?.[c] ?? null),
-            { speedup_vs_ar: r.policy === "ar" ? 1 : r.speedup_vs_ar, tau: r.tau }].map((cell) => cell && ({
-      speedup: r.policy === "ar" ? 1 : cell.speedup_vs_ar ?? null, tau: cell.tau ?? null,
+            { speedup_vs_ar: r.policy === report.baseline ? 1 : r.speedup_vs_ar, tau: r.tau }].map((cell) => cell && ({
+      speedup: r.policy === report.baseline ? 1 : cell.speedup_vs_ar ?? null, tau: cell.tau ?? null,
     })),
   }));
 }
@@ -95,7 +102,7 @@ export function categoryRows(report) {
 export function summaryRows(report) {
   return report.results.map((r) => ({
     policy: r.policy, tau: r.tau, delta: r.delta, c: r.c, tokensPerS: r.tokens_per_s,
-    speedup: r.policy === "ar" ? 1 : r.speedup_vs_ar, steps: r.steps,
+    speedup: r.policy === report.baseline ? 1 : r.speedup_vs_ar, steps: r.steps,
     equality: equalityText(r, report.dtype),
   }));
 }
@@ -120,7 +127,7 @@ export function reportVersion(report) {
 
 /** Policies that take steps (not Hugging Face's baselines) and draft (not ar). */
 function draftingResults(report) {
-  return report.results.filter((r) => r.steps != null && r.policy !== "ar");
+  return report.results.filter((r) => r.steps != null && r.policy !== report.baseline);
 }
 
 /**
@@ -167,7 +174,7 @@ export function timeSplitSeries(report) {
 
 /** The category columns with their sample size (prompts in each, the same for every policy). */
 export function categoryHeads(report) {
-  const reference = report.results.find((r) => r.policy === "ar") ?? report.results[0];
+  const reference = report.results.find((r) => r.policy === report.baseline) ?? report.results[0];
   return (report.categories ?? []).map((name) => ({ name, prompts: reference.by_category?.[name]?.prompts ?? null }));
 }
 

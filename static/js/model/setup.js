@@ -5,8 +5,10 @@
 // A long prompt would make the query longer than a server accepts (9 000 CJK characters are 81 000
 // characters percent-encoded), so past MAX_QUERY characters the setup moves into the fragment,
 // which browsers never send: JSON, deflated where the browser can, in base64url. Values read from
-// a URL are checked against the policies' schemas and the form's bounds (`checkSetup`), and every
-// one replaced by its default is named, never dropped silently.
+// a URL are checked against the policies' schemas and the request's (`checkSetup`, with the rules
+// `setupRules` reads from /api/request and /api/info), and every one replaced by its default is
+// named, never dropped silently. Parameters in a link are text (`p.mu=0.05`, `talon:mu=0.05`, the
+// grammar of engine/policies/spec.py) read as their schema's types.
 
 /** The settings that must match for two runs' speeds and outputs to be compared. */
 export function baselineKey(request) {
@@ -36,17 +38,45 @@ export function coerceParam(control, raw) {
   return Number.isNaN(value) ? raw : value;
 }
 
+/**
+ * A text value (from a link) as its schema property's type: "true"/"false" for a boolean, a number
+ * for a number or an integer; text that is neither stays text, for the check to name.
+ *
+ * readTextValue({ type: "number" }, "0.05") -> 0.05; readTextValue({ type: "boolean" }, "false") -> false
+ */
+export function readTextValue(prop, text) {
+  if (typeof text !== "string") return text;
+  if (prop?.type === "boolean") return text === "true" ? true : text === "false" ? false : text;
+  if (prop?.type === "number" || prop?.type === "integer") {
+    return text.trim() !== "" && !Number.isNaN(Number(text)) ? Number(text) : text;
+  }
+  return text;
+}
+
 const URL_FIELDS = ["prompt", "policy", "seed", "temperature", "max_new_tokens"];
+const NUMBER_FIELDS = ["temperature", "seed", "max_new_tokens"];
 
-/** The form's bounds, as the server's GenerationRequest checks them. */
-export const SETUP_LIMITS = {
-  prompt: { maxLength: 32000 },
-  temperature: { min: 0, max: 5, integer: false },
-  seed: { min: 0, max: Number.MAX_SAFE_INTEGER, integer: true },
-  max_new_tokens: { min: 1, max: 8192, integer: true },
-};
-
-export const SETUP_DEFAULTS = { policy: "talon", temperature: 0, seed: 0, max_new_tokens: 64 };
+/**
+ * The form's bounds and defaults: the server's request schema (/api/request, GenerationRequest) and
+ * its default policy (/api/info). A link holds integers exactly only up to 2^53 − 1, so no bound
+ * goes past it.
+ *
+ * Returns { limits: { prompt: { maxLength }, <field>: { min, max, exclusiveMin, aboveZero, integer } },
+ *           defaults: { policy, <field>: default } }
+ */
+export function setupRules(requestSchema, defaultPolicy) {
+  const props = requestSchema?.properties ?? {};
+  const limits = { prompt: { maxLength: props.prompt?.maxLength ?? Infinity } };
+  const defaults = { policy: defaultPolicy };
+  for (const name of NUMBER_FIELDS) {
+    const prop = props[name] ?? {};
+    limits[name] = { min: prop.minimum ?? prop.exclusiveMinimum ?? -Infinity, exclusiveMin: prop.minimum == null && prop.exclusiveMinimum != null,
+                     max: Math.min(prop.maximum ?? Infinity, Number.MAX_SAFE_INTEGER),
+                     aboveZero: prop.minimumAboveZero ?? null, integer: prop.type === "integer" };
+    defaults[name] = prop.default;
+  }
+  return { limits, defaults };
+}
 
 /** A setup as a query string a lecturer can share: params go in as `p.<name>`. */
 export function encodeSetup(setup) {
@@ -61,13 +91,11 @@ export function decodeSetup(search) {
   const query = new URLSearchParams(search);
   const setup = { params: {} };
   for (const key of URL_FIELDS) if (query.has(key)) setup[key] = query.get(key);
-  for (const key of ["seed", "temperature", "max_new_tokens"]) {
+  for (const key of NUMBER_FIELDS) {
     if (setup[key] != null && !Number.isNaN(Number(setup[key]))) setup[key] = Number(setup[key]);
   }
-  for (const [key, value] of query) {
-    if (!key.startsWith("p.")) continue;
-    setup.params[key.slice(2)] = value === "true" ? true : value === "false" ? false : Number.isNaN(Number(value)) ? value : Number(value);
-  }
+  // Parameters stay text until checkSetup reads them by their schema.
+  for (const [key, value] of query) if (key.startsWith("p.")) setup.params[key.slice(2)] = value;
   if (query.has("trace")) setup.trace = query.get("trace");
   return setup;
 }
@@ -102,26 +130,27 @@ export function decodeView(search) {
 
 /**
  * A setup from a URL made safe for the form: unknown policies and parameters, and values out of
- * bounds, are replaced by defaults. Returns { setup, problems } with one sentence per replacement.
+ * bounds, are replaced by defaults. `rules` are `setupRules`'s. Returns { setup, problems } with one
+ * sentence per replacement.
  */
-export function checkSetup(setup, schemas, defaults = SETUP_DEFAULTS) {
+export function checkSetup(setup, schemas, { limits, defaults }) {
   const problems = [];
   const out = { ...setup, params: {} };
   if (setup.policy != null && !(setup.policy in schemas)) {
     problems.push(`unknown policy "${setup.policy}" (using ${defaults.policy}; known: ${Object.keys(schemas).join(", ")})`);
     out.policy = defaults.policy;
   }
-  for (const key of ["temperature", "seed", "max_new_tokens"]) {
+  for (const key of NUMBER_FIELDS) {
     if (setup[key] == null) continue;
-    const problem = boundsProblem(setup[key], SETUP_LIMITS[key]);
+    const problem = boundsProblem(setup[key], limits[key]);
     if (problem) {
       problems.push(`${key} ${problem} (using ${defaults[key]})`);
       out[key] = defaults[key];
     }
   }
-  if (typeof setup.prompt === "string" && setup.prompt.length > SETUP_LIMITS.prompt.maxLength) {
-    problems.push(`the prompt is ${setup.prompt.length} characters; the form takes ${SETUP_LIMITS.prompt.maxLength} (cut there)`);
-    out.prompt = setup.prompt.slice(0, SETUP_LIMITS.prompt.maxLength);
+  if (typeof setup.prompt === "string" && setup.prompt.length > limits.prompt.maxLength) {
+    problems.push(`the prompt is ${setup.prompt.length} characters; the form takes ${limits.prompt.maxLength} (cut there)`);
+    out.prompt = setup.prompt.slice(0, limits.prompt.maxLength);
   }
   const policy = out.policy ?? defaults.policy;
   const checked = checkParams(policy, setup.params ?? {}, schemas);
@@ -130,17 +159,21 @@ export function checkSetup(setup, schemas, defaults = SETUP_DEFAULTS) {
   return { setup: out, problems };
 }
 
-/** A policy's parameters checked against its schema; unknown or out-of-range ones dropped for the default. */
+/**
+ * A policy's parameters checked against its schema (text values read as its types first);
+ * unknown or out-of-range ones dropped for the default.
+ */
 export function checkParams(policy, params, schemas) {
   const controls = new Map(paramControls(schemas[policy]).map((c) => [c.name, c]));
   const out = {};
   const problems = [];
-  for (const [name, value] of Object.entries(params)) {
+  for (const [name, text] of Object.entries(params)) {
     const control = controls.get(name);
     if (!control) {
       problems.push(`${policy} has no parameter "${name}" (ignored)`);
       continue;
     }
+    const value = readTextValue(schemas[policy].properties[name], text);
     const problem = paramProblem(control, value, schemas[policy].properties[name]);
     if (problem) problems.push(`${policy} ${name} ${problem} (using the default ${control.value})`);
     else out[name] = value;
@@ -148,10 +181,11 @@ export function checkParams(policy, params, schemas) {
   return { params: out, problems };
 }
 
-function boundsProblem(value, { min, max, integer }) {
+function boundsProblem(value, { min, max, exclusiveMin = false, aboveZero = null, integer }) {
   if (typeof value !== "number" || !Number.isFinite(value)) return `"${value}" is not a number`;
   if (integer && !Number.isInteger(value)) return `${value} is not a whole number`;
-  if (value < min || value > max) return `${value} is outside ${min}–${max}`;
+  if (value < min || (exclusiveMin && value === min) || value > max) return `${value} is outside ${min}–${max}`;
+  if (aboveZero != null && value > 0 && value < aboveZero) return `${value} is neither 0 nor at least ${aboveZero}`;
   return null;
 }
 
@@ -192,24 +226,27 @@ export function decodeCompare(search) {
   return { panes, align: query.get("align") === "tokens" ? "tokens" : "step" };
 }
 
-/** {policy: "talon", params: {mu: 0.05}} <-> "talon:mu=0.05". */
+/** {policy, params: {mu: 0.05}} <-> "<policy>:mu=0.05", the grammar of engine/policies/spec.py PolicySpec. */
 export function encodePane(pane) {
   return [pane.policy, ...Object.entries(pane.params ?? {}).map(([k, v]) => `${k}=${v}`)].join(":");
 }
 
+/** A pane's text: the policy and its parameters, values still text (checkSetup reads them by the schema). */
 export function decodePane(text) {
   const [policy, ...pairs] = text.split(":");
   const params = {};
   for (const pair of pairs) {
-    const [key, value] = pair.split("=");
-    if (key && value != null) params[key] = parseValue(value);
+    const parsed = parsePair(pair);
+    if (parsed) params[parsed[0]] = parsed[1];
   }
-  return { policy, params };
+  return { policy: policy.trim(), params };
 }
 
-function parseValue(value) {
-  if (value === "true" || value === "false") return value === "true";
-  return value.trim() !== "" && !Number.isNaN(Number(value)) ? Number(value) : value;
+/** "key=value" -> [key, value], both trimmed; null without "=" or a key (engine/policies/spec.py parse_pair). */
+function parsePair(pair) {
+  const at = pair.indexOf("=");
+  const key = at < 0 ? "" : pair.slice(0, at).trim();
+  return key ? [key, pair.slice(at + 1).trim()] : null;
 }
 
 // ---------------------------------------------------------------- links of any length

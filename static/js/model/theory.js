@@ -4,6 +4,7 @@
 // per step, and the predicted speedup R = τ / (1 + c·δ), refined by the cost of verifying a tree. No DOM.
 
 import { stepEvent, walkNodes } from "./phases.js";
+import { symbolValue } from "./policies.js";
 
 // ---------------------------------------------------------------- the verified tree
 
@@ -141,40 +142,29 @@ export function predictedSpeedup(tau, c, delta, verifyCost = 1) {
 }
 
 /**
- * The time of one target forward of `n` new tokens from the cost summary a run reports in
- * run_started.costs ({ source, context, ns, target_ms }), as engine/costs.py reads its table: n
- * interpolated linearly between measured sizes, extrapolated from the last two, never below 0, over
- * the running maximum of the times (a bigger forward never costs less).
+ * The engine's time for one target forward of `n` new tokens, as the run's opening event lists it
+ * (run_started.costs: { source, context, ns, target_ms }, engine/engine.py costs_summary): the engine's
+ * own lookup of its table at every measured n, so the page only picks the entry that prices n, the first
+ * listed n ≥ n (the engine reads an unmeasured n at the next measured one). null past the last listed n:
+ * the engine's rule there is its own to apply, not the page's.
+ *
+ * tableCost({ ns: [1, 2, 4], target_ms: [10, 12, 20] }, 3) -> 20
  */
-export function summaryCost(costs, n) {
+export function tableCost(costs, n) {
   if (n <= 0) return 0;
-  return interpolate(costs.ns, runningMax(costs.target_ms), n);
-}
-
-/** Piecewise-linear through (xs, ys), extended linearly past both ends, never below 0. */
-function interpolate(xs, ys, x) {
-  if (xs.length === 1) return ys[0];
-  let k = 0;
-  while (k < xs.length - 2 && xs[k + 1] <= x) k += 1;
-  const slope = (ys[k + 1] - ys[k]) / (xs[k + 1] - xs[k]);
-  return Math.max(ys[k] + slope * (x - xs[k]), 0);
-}
-
-// A forward of more tokens never costs less; measured dips are timing noise.
-function runningMax(row) {
-  let best = -Infinity;
-  return row.map((v) => (best = Math.max(best, v)));
+  const k = costs.ns.findIndex((listed) => listed >= n);
+  return k === -1 ? null : costs.target_ms[k];
 }
 
 /**
  * How many one-token forwards verifying a tree of `treeTokens` costs: from the cost table the run
- * reports (its source: measured, synthetic or assumed), else measured from the run's own verify
+ * reports (its source: measured, synthetic or assumed) where it lists that size, else measured from the run's own verify
  * time over plain decoding's (when a plain decoding run of the same setup is at hand), else null.
  */
 export function verifyCost({ costs = null, treeTokens, stepVerifyMs = null, arVerifyMs = null }) {
   if (costs?.ns?.length) {
-    const one = summaryCost(costs, 1);
-    return one > 0 ? { ratio: summaryCost(costs, treeTokens) / one, source: `cost table (${costs.source})` } : null;
+    const [one, tree] = [tableCost(costs, 1), tableCost(costs, treeTokens)];
+    if (one > 0 && tree != null) return { ratio: tree / one, source: `cost table (${costs.source})` };
   }
   if (stepVerifyMs != null && arVerifyMs > 0) return { ratio: stepVerifyMs / arVerifyMs, source: "measured" };
   return null;
@@ -189,8 +179,9 @@ export function meanVerifyMs(events) {
 /**
  * The formula panel's numbers at a phase: α so far, τ, δ, c, Leviathan's τ for a chain, predicted R
  * (ideal and with the tree's verify cost), the measured speedup where plain decoding's speed is known.
+ * `policies`: the served policies (/api/policies), which say which parameter is a chain's γ.
  */
-export function formulaNumbers(events, phase, { arFinished = null, arEvents = null } = {}) {
+export function formulaNumbers(events, phase, { arFinished = null, arEvents = null, policies = {} } = {}) {
   const upTo = events.slice(0, phase?.end ?? events.length);
   const started = events.find((e) => e.type === "run_started") ?? {};
   const finished = events.find((e) => e.type === "run_finished") ?? null;
@@ -201,7 +192,8 @@ export function formulaNumbers(events, phase, { arFinished = null, arEvents = nu
     : steps ? metrics.reduce((s, m) => s + m.draft_forwards, 0) / steps : null;
   const c = finished?.c ?? null;
   const alpha = acceptanceRate(upTo);
-  const gamma = started.policy === "chain" ? started.params?.gamma ?? null : null;
+  // Leviathan's formula is a chain's: the policy whose parameters include the paper's γ (served).
+  const gamma = symbolValue(policies, started.policy, "γ", started.params);
   const step = metrics.find((m) => m.step === phase?.step) ?? null;
   const treeTokens = step ? step.tree_size + 1 : null;
   const costs = started.costs ?? null;

@@ -10,6 +10,7 @@ import {
 import { formatNumber } from "../model/format.js";
 import { layoutTree } from "../model/layout.js";
 import { foldPhase, phaseTitle } from "../model/phases.js";
+import { baselinePolicy, defaultPanes } from "../model/policies.js";
 import { axisTop } from "../model/scale.js";
 import { baselineKey } from "../model/setup.js";
 import { PhasePlayer, PlayerGroup, sameStepAndPhase } from "../player.js";
@@ -18,7 +19,6 @@ import { el, svgEl } from "./dom.js";
 import { describePolicy, fillPolicySelect, readParams, renderParams } from "./forms.js";
 import { createTooltip, renderTree, resetTree } from "./tree.js";
 
-const DEFAULT_PANES = ["talon", "eagle", "chain", "cast"];
 const MAX_PANES = 4;
 const MIN_PANES = 2;
 // Where a pane opens: step 1, drawn whole (its verdicts and the emitted token).
@@ -32,11 +32,15 @@ export class CompareView {
   /**
    * `readSetup()` gives the form's prompt, seed, temperature and max tokens; `setRunning(bool)` tells the
    * page a run holds the connection; `onChange()` is told when panes, alignment or position change (for the URL).
+   * `schemas` are the served policies; panes open on the default policy and the other drafting ones.
    */
-  constructor({ schemas, connection, readSetup, baselines, setRunning, replayOnly = false, onChange = () => {} }) {
+  constructor({ schemas, defaultPolicy, connection, readSetup, baselines, setRunning, replayOnly = false,
+                onChange = () => {} }) {
     Object.assign(this, { schemas, connection, readSetup, baselines, setRunning, replayOnly, onChange });
+    this.defaultPanes = defaultPanes(schemas, defaultPolicy, MAX_PANES);
+    this.baselinePolicy = baselinePolicy(schemas); // plain decoding, which every pane is measured against
     this.panes = [];
-    this.baseline = null; // ar's runFacts
+    this.baseline = null; // the baseline's runFacts
     this.recorded = false;
     this.busy = false;
     this.stopped = false;
@@ -138,7 +142,7 @@ export class CompareView {
 
   // ---------------------------------------------------------------- panes
 
-  addPane(policy = DEFAULT_PANES[this.panes.length], params = {}) {
+  addPane(policy = this.defaultPanes[this.panes.length], params = {}) {
     if (this.panes.length >= MAX_PANES) return null;
     const pane = new Pane(this, policy, params, this.panes.length);
     this.panes.push(pane);
@@ -215,8 +219,8 @@ export class CompareView {
     };
     try {
       const arEvents = [];
-      this.setStatus("running ar (the baseline)…", "busy");
-      const ar = await this.connection.run({ ...setup, policy: "ar", params: {} }, (event) => {
+      this.setStatus(`running ${this.baselinePolicy} (the baseline)…`, "busy");
+      const ar = await this.connection.run({ ...setup, policy: this.baselinePolicy, params: {} }, (event) => {
         if (event.type === "run_started") clearOnce(); // a refused request leaves the panes as they were
         arEvents.push(event);
       });
@@ -245,7 +249,7 @@ export class CompareView {
   /** A recorded comparison (a trace with several runs): each run in a pane, ar as the baseline. */
   showRecorded(runs) {
     const finished = runs.filter((run) => run.events.some((e) => e.type === "run_finished"));
-    const ar = finished.find((run) => run.policy === "ar") ?? null;
+    const ar = finished.find((run) => run.policy === this.baselinePolicy) ?? null;
     const others = finished.filter((run) => run !== ar).slice(0, MAX_PANES);
     const shown = others.length ? others : finished.slice(0, MAX_PANES);
     while (this.panes.length < Math.max(MIN_PANES, shown.length)) this.addPane();
@@ -307,10 +311,10 @@ export class CompareView {
   renderTable() {
     const facts = this.panes.map((pane, i) => ({ ...pane.facts(), label: `${i + 1}: ${pane.policy()}` }))
       .filter((f) => f.finished);
-    const all = this.baseline ? [{ ...this.baseline, label: "ar" }, ...facts] : facts;
+    const all = this.baseline ? [{ ...this.baseline, label: this.baselinePolicy }, ...facts] : facts;
     const body = $("compare-table").querySelector("tbody");
     body.replaceChildren();
-    for (const row of tableRows(all)) {
+    for (const row of tableRows(all, { baseline: this.baselinePolicy })) {
       const tr = el("tr", { "data-policy": row.policy, "data-equality": row.equality.kind });
       const cells = [
         [row.label, "label"], [formatNumber(row.tokensPerS, 1)], [formatNumber(row.tau)], [formatNumber(row.delta)],
@@ -330,7 +334,7 @@ class Pane {
     this.view = view;
     this.schemas = view.schemas;
     this.index = index;
-    this.player = new PhasePlayer({ onChange: () => view.scheduleDraw() });
+    this.player = new PhasePlayer({ onChange: () => view.scheduleDraw(), policies: view.schemas });
     this.root = el("article", { class: "pane", "data-testid": "compare-pane", "data-pane": String(index + 1) });
     this.build(policy, params);
   }

@@ -17,6 +17,22 @@ export function describePolicy(box, schema) {
   box.hidden = !schema?.description;
 }
 
+/**
+ * The request's fields on the form (`data-field` inputs) take the served bounds and defaults
+ * (model/setup.js setupRules): nothing of the request's rules is written in the page's HTML.
+ */
+export function applyRequestRules(root, { limits, defaults }) {
+  const prompt = root.querySelector('[data-field="prompt"]');
+  if (prompt && Number.isFinite(limits.prompt.maxLength)) prompt.maxLength = limits.prompt.maxLength;
+  for (const [name, limit] of Object.entries(limits)) {
+    const input = root.querySelector(`input[data-field="${name}"]`);
+    if (!input) continue;
+    if (Number.isFinite(limit.min)) input.min = String(limit.min);
+    if (Number.isFinite(limit.max)) input.max = String(limit.max);
+    if (defaults[name] != null) input.value = String(defaults[name]);
+  }
+}
+
 /** Labelled inputs for one policy's parameters, starting at the defaults (or `values`). */
 export function renderParams(fieldset, schema, values = {}) {
   const legend = fieldset.querySelector("legend");

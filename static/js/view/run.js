@@ -5,11 +5,10 @@ import { formatNumber, shadeClass } from "../model/format.js";
 import { barChart } from "./charts.js";
 import { el } from "./dom.js";
 
-/** Generated text, one span per step, shaded by how many drafts that step accepted. */
-export function renderOutput(box, run) {
+/** Generated text, one span per step, shaded by how many drafts that step accepted (`drafts`: the policy drafts). */
+export function renderOutput(box, run, drafts = true) {
   box.replaceChildren();
   // Plain decoding drafts nothing, so none of its steps rejected anything: no shade, not the red of "0 accepted".
-  const drafts = run.policy !== "ar";
   for (const segment of outputSegments(run)) {
     const title = segment.step == null ? "final text"
       : drafts ? `step ${segment.step}: ${segment.accepted} accepted + 1 from the target`

@@ -226,8 +226,8 @@ function checksTable(checks, textOf) {
 
 // ---------------------------------------------------------------- formulas
 
-/** The formulas with this run's numbers; each value also sits in a data attribute for tests. */
-export function renderFormulas(box, f, { policy }) {
+/** The formulas with this run's numbers; each value also sits in a data attribute for tests. `drafts`: the run's policy drafts. */
+export function renderFormulas(box, f, { drafts = true } = {}) {
   const rows = [];
   const line = (name, formula, value, attrs = {}, note = "") => {
     const row = el("div", { class: "formula", ...attrs });
@@ -244,7 +244,7 @@ export function renderFormulas(box, f, { policy }) {
          { "data-leviathan": String(f.leviathan ?? ""), "data-tau": String(f.tau ?? "") }, `γ = ${f.gamma}; α assumed the same at every position`);
   } else {
     line("τ", "tokens per step (accepted + 1)", sig(f.tau, 3), { "data-tau": String(f.tau ?? "") },
-         policy === "ar" ? "plain decoding: always 1" : "a tree offers alternatives at each depth, so τ can beat a chain's (1 − α^(γ+1)) / (1 − α)");
+         !drafts ? "plain decoding: always 1" : "a tree offers alternatives at each depth, so τ can beat a chain's (1 − α^(γ+1)) / (1 − α)");
   }
   line("δ, c", "draft forwards per step; draft ÷ verify forward time", `${sig(f.delta, 3)}, ${sig(f.c, 3)}`);
   line("R", `τ / (1 + c·δ) = ${sig(f.tau, 3)} / (1 + ${sig(f.c, 3)} × ${sig(f.delta, 3)})`,
