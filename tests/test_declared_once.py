@@ -12,20 +12,23 @@ import pytest
 from engine.errors import RequestError
 from engine.policies import POLICIES, PolicySpec, parse_params, policy_params
 from engine.request import GenerationRequest
-from tools import generate, record
+from tools import bench, generate, record
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC_JS = ROOT / "static" / "js"
 TEACHING_TEXT = STATIC_JS / "model" / "narration.js"  # the one module that speaks of policies by name
 
 
-@pytest.mark.parametrize("command", [generate, record], ids=["generate", "record"])
-def test_every_request_flag_has_the_requests_default_stated_in_help(command):
+@pytest.mark.parametrize("command, fields", [(generate, ("temperature", "top_k", "top_p", "seed", "max_new_tokens")),
+                                             (record, ("temperature", "top_k", "top_p", "seed", "max_new_tokens")),
+                                             (bench, ("temperature", "seed", "max_new_tokens"))],
+                         ids=["generate", "record", "bench"])
+def test_every_request_flag_has_the_requests_default_stated_in_help(command, fields):
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
-    defaults = parser.parse_args(["out-or-prompt"])
+    defaults = parser.parse_args([] if command is bench else ["out-or-prompt"])
     text = parser.format_help()
-    for name in ("temperature", "top_k", "top_p", "seed", "max_new_tokens"):
+    for name in fields:
         default = GenerationRequest.model_fields[name].default
         assert getattr(defaults, name) == default, name
     assert re.search(r"--max-new-tokens MAX_NEW_TOKENS\s+most tokens generated \(1 to 8192; default: 128\)", text)

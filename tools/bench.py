@@ -44,7 +44,8 @@ from engine.errors import RequestError
 from engine.events import RunFinished, StepMetrics
 from engine.loading import load_engine
 from engine.options import EngineOptions
-from engine.policies import POLICIES, make_policy
+from engine import policies
+from engine.policies import POLICIES
 from engine.request import GenerationRequest
 from engine.timing import Timings
 from tools.hf_baseline import is_hf_baseline, run_hf_baseline
@@ -54,29 +55,19 @@ from tools.report import (REPORT_VERSION, BenchReport, Breakdown, Divergence, Po
 from tools.report_markdown import markdown_table
 
 
-@dataclass
-class PolicySpec:
-    """One column of the bench: a policy with parameters, written `name:key=value:key=value`."""
-
-    label: str
-    policy: str
-    params: dict[str, str]
+class PolicySpec(policies.PolicySpec):
+    """One column of the bench: a policy with parameters, `name:key=value:key=value` (engine/policies/spec.py's
+    grammar), or one of Hugging Face's baselines, which take none."""
 
     @classmethod
-    def parse(cls, text: str) -> "PolicySpec":
-        name, *pairs = text.strip().split(":")
-        params = {}
-        for pair in pairs:
-            key, sep, value = pair.partition("=")
-            if not sep:
-                raise RequestError(f"{text!r}: expected key=value after ':', got {pair!r}", field="policies")
-            params[key.strip()] = value.strip()
-        if is_hf_baseline(name):
-            if params:
-                raise RequestError(f"{text!r}: Hugging Face baselines take no parameters", field="policies")
-            return cls(label=text.strip(), policy=name, params=params)
-        make_policy(name, params)  # fails early, naming the policy or parameter
-        return cls(label=text.strip(), policy=name, params=params)
+    def parse(cls, text: str, field: str = "policies") -> "PolicySpec":
+        spec = super().parse(text, field)
+        if is_hf_baseline(spec.policy):
+            if spec.params:
+                raise RequestError(f"{text!r}: Hugging Face baselines take no parameters", field=field)
+        else:
+            policies.policy_params(spec.policy, spec.params)  # fails early, naming the policy or parameter
+        return spec
 
 
 @dataclass
@@ -225,7 +216,7 @@ def _run_one(engine: SpecEngine, tally: Tally, breakdown: Breakdown, prompt: Pro
     result = engine.run(request, detail=False, emit=_step_recorder(breakdown))
     tally.add(prompt.question_id, result)
     breakdown.add_row(prompt.question_id, prompt.category, result.new_tokens, result.wall_s, result.steps)
-    tally.params = tally.params or engine.validate(request).policy.params.model_dump()
+    tally.params = tally.params or engine.validate(request).params.model_dump()
 
 
 def _step_recorder(breakdown: Breakdown):
@@ -342,14 +333,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "policy); parameters after colons, e.g. "
                              "talon:mu=0.05:budget=40; hf-generate and hf-prompt-lookup add Hugging Face's own "
                              "greedy decoding for scale")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    GenerationRequest.add_arguments(parser, fields=("temperature", "seed", "max_new_tokens"))
     parser.add_argument("--limit", type=int, default=None, help="only the first N prompts, one category in turn")
     parser.add_argument("--passes", type=int, default=1,
                         help="run the prompts this many times in one process: later passes repeat the drafting "
                              "policies, labelled '· pass N', each drafting from its own earlier runs through the "
                              "suffix memory (--suffix-memory-tokens 0 turns it off) (default: 1)")
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="folder for results.md and results.json (default: runs/bench-…)")
     parser.add_argument("--plots", action="store_true",
                         help="also write SVG charts beside results.md (speedup, τ per category, τ against tree size, "
