@@ -15,7 +15,8 @@ import { el } from "./view/dom.js";
 import { composeSvg, download, svgToPng, traceText as eventsText } from "./view/export.js";
 import { describePolicy, fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
 import { Presentation } from "./view/presentation.js";
-import { renderMetrics, renderOutput, renderTimeline } from "./view/run.js";
+import { stepTimes } from "./model/timesplit.js";
+import { renderEngineNotes, renderMetrics, renderOutput, renderTimeSplit, renderTimeline } from "./view/run.js";
 import { renderFormulas, renderKv, renderMask, renderSampling, scaleDrawings } from "./view/theory.js";
 import { TreeView, createTooltip } from "./view/tree.js";
 
@@ -108,6 +109,7 @@ function draw() {
   renderOutput($("output"), state.run);
   $("output").dataset.finished = String(Boolean(state.run.finished));
   renderMetrics($("metrics"), runSummary(state.run), speedupOf(state.run), (i) => player.seekStep(i));
+  renderTimeSplit($("time-split-box"), stepTimes(events), { current: phase?.stepIndex ?? -1, onPick: (i) => player.seekStep(i) });
   saveView();
 }
 
@@ -344,6 +346,7 @@ async function runSingle(event) {
   markInvalid(document, null);
   page.request = request;
   page.player.load([], { follow: true });
+  revealTree();
   setRunning(true);
   setStatus(`running ${request.policy}…`, "busy");
   try {
@@ -369,6 +372,13 @@ function reportError(err) {
   } else {
     setStatus(`error: ${err.message}`, "error");
   }
+}
+
+/** Where the form comes first (one column, ≤ 1100 px), a run brings the tree into view to be seen growing. */
+function revealTree() {
+  const box = $("tree-viewport").getBoundingClientRect();
+  if (box.top >= 0 && box.top < innerHeight * 0.5) return;
+  $("single").scrollIntoView({ block: "start", behavior: matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth" });
 }
 
 // ---------------------------------------------------------------- replay
@@ -438,6 +448,7 @@ function showRecorded(recorded, { at = null } = {}) {
   if (started) applySetup({ ...page.request, policy: started.policy, params: started.params });
   page.focusKey = null;
   page.player.load(recorded.events, { follow: false, at });
+  revealTree();
   setStatus(`replaying ${recorded.policy}: → and ← move one phase, Shift+→ and Shift+← one step, Space plays`, "done");
 }
 
@@ -531,6 +542,7 @@ async function start() {
   const [schemas, info] = await Promise.all([fetch("/api/policies").then((r) => r.json()),
                                              fetch("/api/info").then((r) => r.json())]);
   page.schemas = schemas;
+  renderEngineNotes($("engine-notes"), info);
   const link = await decodeLink(location.search, location.hash);
   const view = link.view;
   // What a link asks for is checked; whatever is replaced by a default is said in the status line.

@@ -12,10 +12,12 @@ import { layoutTree } from "../model/layout.js";
 import { foldPhase, phaseTitle } from "../model/phases.js";
 import { axisTop } from "../model/scale.js";
 import { baselineKey } from "../model/setup.js";
+import { stepTimes } from "../model/timesplit.js";
 import { PhasePlayer, PlayerGroup, sameStepAndPhase } from "../player.js";
 import { silhouetteStrip, stepChart } from "./charts.js";
 import { el, svgEl } from "./dom.js";
 import { describePolicy, fillPolicySelect, readParams, renderParams } from "./forms.js";
+import { timeSplitChart } from "./timesplit.js";
 import { createTooltip, renderTree, resetTree } from "./tree.js";
 
 const DEFAULT_PANES = ["talon", "eagle", "chain", "cast"];
@@ -316,6 +318,7 @@ export class CompareView {
         [row.label, "label"], [formatNumber(row.tokensPerS, 1)], [formatNumber(row.tau)], [formatNumber(row.delta)],
         [formatNumber(row.c, 3)], [formatNumber(row.meanTreeSize, 1)], [formatNumber(row.acceptance)],
         [row.predictedR == null ? "–" : `${formatNumber(row.predictedR)}×`, "predicted-r"],
+        [row.costAwareR == null ? "–" : `${formatNumber(row.costAwareR)}×`, "cost-aware-r"],
         [row.speedup == null ? "–" : `${formatNumber(row.speedup)}×`, "speedup"],
         [row.equality.text, "equality"],
       ];
@@ -359,7 +362,9 @@ class Pane {
     this.tooltip = createTooltip(tip);
     this.charts = el("div", { class: "pane-charts" });
     this.strip = el("div", { class: "pane-silhouettes" });
-    this.root.append(header, this.description, this.details, this.status, this.position, panel, this.charts, this.strip);
+    this.timeSplit = el("div", { class: "pane-time-split" });
+    this.root.append(header, this.description, this.details, this.status, this.position, panel, this.charts, this.strip,
+                     this.timeSplit);
     this.setPolicy(policy, params);
   }
 
@@ -393,6 +398,7 @@ class Pane {
     this.svg.replaceChildren();
     this.charts.replaceChildren();
     this.strip.replaceChildren();
+    this.timeSplit.replaceChildren();
     this.root.dataset.step = "";
   }
 
@@ -445,6 +451,8 @@ class Pane {
     const strip = silhouetteStrip(facts.steps, { maxDepth: scales.maxDepth, maxWidth: scales.maxWidth,
                                                  current: stepIndex, onPick: pick });
     this.strip.replaceChildren(el("p", { class: "hint" }, "every step's tree at one scale (darker: accepted depth)"), strip);
+    this.timeSplit.replaceChildren(timeSplitChart(stepTimes(player.events), { current: stepIndex, onPick: pick, steps: scales.steps,
+                                                                              width: Math.max(300, box), height: 170 }));
   }
 
   /** A click on this pane's charts: this pane goes to step i, the others follow as aligned. */

@@ -247,23 +247,54 @@ export function renderFormulas(box, f, { policy }) {
          policy === "ar" ? "plain decoding: always 1" : "a tree offers alternatives at each depth, so τ can beat a chain's (1 − α^(γ+1)) / (1 − α)");
   }
   line("δ, c", "draft forwards per step; draft ÷ verify forward time", `${sig(f.delta, 3)}, ${sig(f.c, 3)}`);
+  const measured = f.measured != null ? ` vs ${sig(f.measured, 3)}× measured` : "";
   line("R", `τ / (1 + c·δ) = ${sig(f.tau, 3)} / (1 + ${sig(f.c, 3)} × ${sig(f.delta, 3)})`,
-       `${sig(f.predicted, 3)}× predicted${f.measured != null ? ` vs ${sig(f.measured, 3)}× measured` : ""}`,
+       f.predicted == null ? "–" : `${sig(f.predicted, 3)}× if verify cost 1${measured}`,
        { "data-predicted": String(f.predicted ?? ""), "data-measured": String(f.measured ?? "") },
-       f.measured == null ? "measured speedup: replay a comparison trace or run ar with the same setup" : "measured: tokens/s over plain decoding's, same setup");
-  if (f.stepVerifyCost) {
-    const source = f.stepVerifyCost.source === "measured" ? "measured: verify time over plain decoding's one-token forward"
-      : `from the engine's ${f.stepVerifyCost.source}`;
-    const run = f.runVerifyCost ? `; the run's trees: ${sig(f.runVerifyCost.ratio, 3)} on average` : "";
+       f.steps ? `τ, δ, c over ${f.steps === 1 ? "the first step" : `the ${f.steps} steps so far`}` +
+         (f.measured == null ? "; measured speedup: replay a comparison trace or run ar with the same setup"
+                             : "; measured: the whole run's tokens/s over plain decoding's, same setup")
+         : "τ, δ and c are known once the first step has been verified");
+  verifyLine(line, f);
+  ownTimesLine(line, f.own, f.measured);
+  box.replaceChildren(...rows);
+}
+
+function verifyLine(line, f) {
+  if (f.stepVerifyCost || f.runVerifyCost) {
+    const cost = f.stepVerifyCost ?? f.runVerifyCost;
+    const source = cost.source === "measured" ? "measured: verify time over plain decoding's one-token forward"
+      : `from the engine's ${cost.source}`;
+    const run = f.runVerifyCost ? `the run's trees so far: ${sig(f.runVerifyCost.ratio, 3)} on average` : "";
     const tokens = f.treeTokens === 1 ? "1 token" : `${f.treeTokens} tokens`;
-    line("verify", `this step's tree (${tokens}) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards${run}`,
-         f.predictedWithCost != null ? `R = τ / (v + c·δ) = ${sig(f.predictedWithCost, 3)}×` : "",
-         { "data-verify-cost": String(f.stepVerifyCost.ratio), "data-verify-source": f.stepVerifyCost.source },
+    const body = f.stepVerifyCost ? `this step's tree (${tokens}) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards${run ? `; ${run}` : ""}`
+      : `${run}; this step's tree is still being drafted`;
+    line("verify", body, f.predictedWithCost != null ? `R = τ / (v + c·δ) = ${sig(f.predictedWithCost, 3)}×` : "",
+         { "data-verify-cost": String(cost.ratio), "data-verify-source": cost.source },
          `${source}. R above assumes v = 1: true where the device has compute to spare (a GPU), not on a laptop CPU, ` +
          "where every extra token in the tree costs time — so a 60-node tree that accepts 3 tokens can lose to plain decoding there.");
+  } else if (!f.treeFinal && !f.steps) {
+    line("verify", "cost of the tree vs a one-token forward", "…", {}, "known once this step's tree is final");
   } else {
     line("verify", "cost of the tree vs a one-token forward", "–", {},
          "needs a cost table in the run, or a plain decoding run of the same setup (a comparison trace has one)");
   }
-  box.replaceChildren(...rows);
 }
+
+/** R from the run's own measured times: its verify per step over plain decoding's one-token forward, its draft forwards. */
+function ownTimesLine(line, own, measured) {
+  if (!own?.steps) return;
+  if (own.R == null) {
+    line("R, timed", "τ / (verify(n)/verify(1) + δ·c₁)", "–", { "data-own-r": "" },
+         "needs verify(1), one target forward of one token: a plain decoding run of the same setup or a measured cost table");
+    return;
+  }
+  const c1 = own.c == null ? "0" : sig(own.c, 3);
+  line("R, timed", `τ / (verify(n)/verify(1) + δ·c₁) = ${sig(own.tau, 3)} / (${sig(own.verifyRatio, 3)} + ${sig(own.delta, 3)} × ${c1})`,
+       `${sig(own.R, 3)}×${measured != null ? ` vs ${sig(measured, 3)}× measured` : ""}`,
+       { "data-own-r": String(own.R), "data-own-verify-ratio": String(own.verifyRatio), "data-testid": "own-times-r" },
+       `this run's own times: verify(n) ${sig(own.verifyMs, 3)} ms per step, verify(1) ${sig(own.oneToken.ms, 3)} ms ` +
+       `(${own.oneToken.source}), one draft forward ${own.draftForwardMs == null ? "–" : `${sig(own.draftForwardMs, 3)} ms`}; ` +
+       "drafting's policy work and the rest of each step are in the time split");
+}
+
