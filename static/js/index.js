@@ -28,6 +28,8 @@ const ZOOM = { screen: { minZoom: 0.94, homeZoom: 1.05, maxZoom: 1.5 },
 // A layer whose folded candidates are this few opens by itself while it is the one drafted.
 const OPEN_BY_ITSELF = 12;
 const PANEL_OF_PHASE = { draft: "formulas", rerank: "formulas", verify: "mask", accept: "sampling", commit: "kv" };
+// The theory tabs in order: keys 1–5 pick one, T the next (on a projector the tabs cannot be clicked from the lectern).
+const THEORY_VIEWS = ["auto", "mask", "kv", "sampling", "formulas"];
 
 const page = {
   schemas: {},
@@ -229,7 +231,7 @@ function drawMask() {
   }
   const tree = verifiedTree(events, phase);
   renderMask($("mask-panel"), tree, prefixLength(events, phase), {
-    width: panelWidth(), height: page.presentation.active ? 300 : 560, hovered: page.hovered,
+    width: panelWidth(), height: 560, hovered: page.hovered, labelAll: page.presentation.active,
     onHover: (row) => {
       page.hovered = row;
       page.tree.highlight(page.theory.state.step?.postToId[row] ?? null);
@@ -239,9 +241,10 @@ function drawMask() {
   scaleDrawings($("mask-panel"), drawingScale());
 }
 
-// On a projector the theory panel's drawings are drawn larger, and laid out for the width that leaves.
+// On a projector the theory panel's drawings are drawn larger (their 14 px text at 24 px), and laid
+// out for the width that leaves.
 function drawingScale() {
-  return page.presentation.active ? 1.4 : 1;
+  return page.presentation.active ? 24 / 14 : 1;
 }
 
 function panelWidth() {
@@ -477,12 +480,20 @@ function onKey(event) {
     "0": () => tree.fitAll(),
     f: () => refocus(),
     F: () => refocus(),
+    t: () => showTheory(THEORY_VIEWS[(THEORY_VIEWS.indexOf(page.view) + 1) % THEORY_VIEWS.length]),
+    T: () => showTheory(THEORY_VIEWS[(THEORY_VIEWS.indexOf(page.view) + 1) % THEORY_VIEWS.length]),
+    ...Object.fromEntries(THEORY_VIEWS.map((view, i) => [String(i + 1), () => showTheory(view)])),
   };
   const action = actions[event.key];
   if (action) {
     event.preventDefault();
     action();
   }
+}
+
+function showTheory(view) {
+  page.view = view;
+  scheduleDraw();
 }
 
 function refocus() {
@@ -514,10 +525,7 @@ function wireButtons() {
     });
   }
   for (const tab of document.querySelectorAll("#theory [role=tab]")) {
-    tab.addEventListener("click", () => {
-      page.view = tab.dataset.view;
-      scheduleDraw();
-    });
+    tab.addEventListener("click", () => showTheory(tab.dataset.view));
   }
   $("speed").addEventListener("change", (e) => { player.speed = Number(e.target.value); });
   $("step-timeline").querySelector("input[type=range]")
@@ -548,7 +556,7 @@ async function start() {
   // What a link asks for is checked; whatever is replaced by a default is said in the status line.
   const { setup, problems } = checkSetup(link.setup, page.schemas);
   applySetup(setup);
-  if (["auto", "mask", "kv", "sampling", "formulas"].includes(view.view)) page.view = view.view;
+  if (THEORY_VIEWS.includes(view.view)) page.view = view.view;
   $("policy").addEventListener("change", () => {
     renderParams($("params"), page.schemas[$("policy").value]);
     describePolicy($("policy-description"), page.schemas[$("policy").value]);

@@ -32,17 +32,21 @@ export function prefixColumns(prefixLen) {
  * elided) and per node. Cells carry data-row, data-col (the column in the full [T, P + T] matrix)
  * and data-allowed; the hovered node's row and its ancestors' cells are lit.
  */
-export function renderMask(box, tree, prefixLen, { width = 520, height = 420, hovered = null, onHover = () => {} } = {}) {
+export function renderMask(box, tree, prefixLen, { width = 520, height = 420, hovered = null, onHover = () => {},
+                                                  labelAll = false } = {}) {
   const mask = attentionMask(tree.parent, prefixLen);
   const positions = positionIds(tree.depth, prefixLen);
   const T = tree.parent.length;
   const shownPrefix = prefixColumns(prefixLen);
   const columns = [...shownPrefix.map((j) => (j == null ? null : j)), ...tree.parent.map((_, i) => prefixLen + i)];
-  const labelled = T <= 28;
+  // A projector labels every row and prints every position, and the panel scrolls instead (labelAll).
+  const labelled = labelAll || T <= 28;
   const gutter = labelled ? 120 : 8;
   const right = 80;
+  // Square cells that fit the panel; labelAll keeps rows tall enough for their labels (cells turn into columns).
   const cell = Math.max(3, Math.min(26, Math.floor(Math.min((width - gutter - right) / columns.length, (height - 56) / T))));
-  const svg = svgEl("svg", { class: "mask", role: "img", width: Math.max(gutter + columns.length * cell + right, 420), height: 56 + T * cell,
+  const rowH = labelAll ? Math.max(cell, 16) : cell;
+  const svg = svgEl("svg", { class: "mask", role: "img", width: Math.max(gutter + columns.length * cell + right, 420), height: 56 + T * rowH,
                              "aria-label": `tree-attention mask: ${T} nodes × ${prefixLen} prefix + ${T} tree columns` });
   const prefixWidth = shownPrefix.length * cell;
   const treeWidth = T * cell;
@@ -51,33 +55,33 @@ export function renderMask(box, tree, prefixLen, { width = 520, height = 420, ho
                    `columns: prefix ${prefixLen}${prefixLen > shownPrefix.length ? " (4 shown)" : ""} · tree ${T}`),
              svgEl("rect", { x: gutter, y: 28, width: Math.max(prefixWidth - 2, 1), height: 8, class: "mask-group prefix" }),
              svgEl("rect", { x: gutter + prefixWidth, y: 28, width: treeWidth - 1, height: 8, class: "mask-group tree" }),
-             svgEl("text", { x: gutter + columns.length * cell + 6, y: 16, class: "mask-head" }, "position"));
+             svgEl("text", { x: gutter + columns.length * cell + 6, y: 40, class: "mask-head" }, "position"));
   const lit = hovered == null ? new Set() : new Set(ancestorsOf(tree.parent, hovered));
   const grid = svgEl("g", { transform: `translate(${gutter},48)` });
   for (let i = 0; i < T; i++) {
     const row = svgEl("g", { class: `mask-row${i === hovered ? " hovered" : ""}`, "data-row": String(i) });
     columns.forEach((col, k) => {
       if (col == null) {
-        row.append(svgEl("text", { x: k * cell + cell / 2, y: i * cell + cell / 2, dy: "0.35em", class: "mask-gap" }, "⋯"));
+        row.append(svgEl("text", { x: k * cell + cell / 2, y: i * rowH + rowH / 2, dy: "0.35em", class: "mask-gap" }, "⋯"));
         return;
       }
       const allowed = mask[i][col];
       const isTree = col >= prefixLen;
       const litCell = allowed && i === hovered && (!isTree || lit.has(col - prefixLen));
-      row.append(svgEl("rect", { x: k * cell, y: i * cell, width: cell - (cell > 5 ? 1 : 0), height: cell - (cell > 5 ? 1 : 0),
+      row.append(svgEl("rect", { x: k * cell, y: i * rowH, width: cell - (cell > 5 ? 1 : 0), height: rowH - (rowH > 5 ? 1 : 0),
                                  class: `cell${allowed ? " allowed" : ""}${isTree ? " tree" : ""}${litCell ? " lit" : ""}`,
                                  "data-row": String(i), "data-col": String(col), "data-allowed": String(allowed) }));
     });
     if (labelled) {
-      row.append(svgEl("text", { x: -8, y: i * cell + cell / 2, dy: "0.35em", "text-anchor": "end", class: "mask-label" },
+      row.append(svgEl("text", { x: -8, y: i * rowH + rowH / 2, dy: "0.35em", "text-anchor": "end", class: "mask-label" },
                        `${i === 0 ? "root " : ""}${truncate(tokenLabel(tree.text[i]), 8)}`));
     }
-    if (cell >= 14) {
-      row.append(svgEl("text", { x: columns.length * cell + 6, y: i * cell + cell / 2, dy: "0.35em", class: "mask-pos",
+    if (rowH >= 14) {
+      row.append(svgEl("text", { x: columns.length * cell + 6, y: i * rowH + rowH / 2, dy: "0.35em", class: "mask-pos",
                                  "data-position": String(positions[i]) }, String(positions[i])));
     } else {
       // Too small to print: the depth as a bar, longer for deeper nodes.
-      row.append(svgEl("rect", { x: columns.length * cell + 6, y: i * cell, width: 4 + tree.depth[i] * 6, height: Math.max(1, cell - 1),
+      row.append(svgEl("rect", { x: columns.length * cell + 6, y: i * rowH, width: 4 + tree.depth[i] * 6, height: Math.max(1, rowH - 1),
                                  class: "mask-depth", "data-position": String(positions[i]) }));
     }
     row.addEventListener("pointerenter", () => onHover(i));
@@ -107,7 +111,8 @@ export function renderKv(box, cache, { committed = false, accepted = new Set([0]
   const T = cache.rows.length;
   const prefixW = 110;
   const cell = Math.max(4, Math.min(28, Math.floor((width - prefixW - 24) / Math.max(T, 1))));
-  const svg = svgEl("svg", { class: "kv", role: "img", width: prefixW + T * cell + 20, height: 150,
+  // At least as wide as its longest title ("after commit: N rows (M dropped)"), however few the rows.
+  const svg = svgEl("svg", { class: "kv", role: "img", width: Math.max(prefixW + T * cell + 20, 330), height: 150,
                              "aria-label": `KV cache: ${cache.prefix} prefix rows, ${T} tree rows, ${cache.kept} kept` });
   const strip = (y, title) => {
     svg.append(svgEl("text", { x: 0, y: y - 8, class: "kv-title" }, title));
