@@ -60,6 +60,7 @@ page.presentation = new Presentation({
   onChange: () => {
     page.focusKey = null; // the camera re-frames for the new size
     scheduleDraw();
+    page.compare?.scheduleDraw();
   },
 });
 

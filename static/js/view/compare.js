@@ -422,8 +422,10 @@ class Pane {
     const { step } = foldPhase(player.events, phase);
     if (phase?.step !== this.shownStep) resetTree(this.svg);
     this.shownStep = phase?.step ?? null;
-    if (step) renderTree(this.svg, layoutTree(step, { maxPruned: 1 }), this.tooltip);
-    else this.svg.replaceChildren();
+    if (step) {
+      renderTree(this.svg, layoutTree(step, { maxPruned: 1 }), this.tooltip);
+      magnifyForProjector(this.svg);
+    } else this.svg.replaceChildren();
     const stepIndex = phase ? phase.stepIndex : -1;
     this.root.dataset.step = phase ? String(stepIndex + 1) : "";
     this.root.dataset.policy = this.policy();
@@ -452,7 +454,7 @@ class Pane {
                                                  current: stepIndex, onPick: pick });
     this.strip.replaceChildren(el("p", { class: "hint" }, "every step's tree at one scale (darker: accepted depth)"), strip);
     this.timeSplit.replaceChildren(timeSplitChart(stepTimes(player.events), { current: stepIndex, onPick: pick, steps: scales.steps,
-                                                                              width: Math.max(300, box), height: 170 }));
+                                                                              width: Math.max(300, box), height: 140 }));
   }
 
   /** A click on this pane's charts: this pane goes to step i, the others follow as aligned. */
@@ -463,6 +465,14 @@ class Pane {
     group.seekStep(stepIndex, this.player.position() ?? STEP_ONE);
     group.leaderIndex = leader;
   }
+}
+
+// On a projector (presentation mode) a pane's tree is drawn 1.6 times its size: its 15 px labels at 24 px.
+const PROJECTOR_TREE_SCALE = 1.6;
+
+function magnifyForProjector(svg) {
+  if (!document.body.classList.contains("presenting")) return;
+  for (const side of ["width", "height"]) svg.setAttribute(side, String(Number(svg.getAttribute(side)) * PROJECTOR_TREE_SCALE));
 }
 
 function positionText(phase, player, facts) {
