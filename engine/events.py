@@ -24,7 +24,10 @@ so version-1 traces read unchanged. Version 3 reports a step only as far as
 its text goes: where the text ends at an accepted draft (the first EOS, or
 max_new_tokens), `accepted_path` and `walk` stop at that node, nodes past it
 are unreached, and `emitted` is null, since no recovered or bonus token
-follows; earlier traces read unchanged.
+follows; earlier traces read unchanged. Version 3 traces may also carry `byte_hex`
+on candidates, tree nodes and emitted tokens: a token's raw bytes where its text
+alone is not whole UTF-8 (part of an emoji or accented letter), so a reader can
+decode it with the tokens around it; absent, as in earlier traces, it is None.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ class Candidate(BaseModel):
     threshold: float | None = None  # the bar in force for this decision, if any
     node: int | None = None  # tree index when kept
     detail: dict[str, float] = Field(default_factory=dict)  # e.g. cast's utility and cost
+    byte_hex: str | None = None  # raw bytes where `text` alone is not whole UTF-8 (codec.byte_hex)
 
 
 class DraftLayer(_Event):
@@ -116,6 +120,7 @@ class TreeNode(BaseModel):
     q: float
     score: float
     source: str
+    byte_hex: str | None = None  # raw bytes where `text` alone is not whole UTF-8 (codec.byte_hex)
 
 
 class DraftTreeDone(_Event):
@@ -141,6 +146,7 @@ class EmittedToken(BaseModel):
     text: str
     p: float
     kind: EmittedKind
+    byte_hex: str | None = None  # raw bytes where `text` alone is not whole UTF-8 (codec.byte_hex)
 
 
 class TokenOdds(BaseModel):

@@ -210,6 +210,7 @@ function drawTheory(phase, state) {
     temperature: started.temperature ?? 0,
     nodeText: walk ? textAtPost(state.step, walk.node) : "",
     textOf: (check) => textAtPost(state.step, check.child),
+    plain: started.policy === "ar",
   });
   const ar = page.arEvents;
   const arFinished = ar?.find((e) => e.type === "run_finished") ?? (page.request ? page.baselines.get(baselineKey(page.request)) : null);

@@ -97,9 +97,11 @@ function parentsOf(layer) {
   return new Set(layer.candidates.map((c) => c.parent)).size;
 }
 
+// The root named as the tree draws it: its token, or, before any token is known (step 1 of plain
+// decoding), the prompt's last, in parentheses (so a sentence that brackets the root must not add its own).
 function rootText(context) {
   const root = context.step.nodes.get("n0");
-  return root?.token == null ? "(the prompt's last token)" : quote(root.text);
+  return root?.token == null ? "(the prompt's last token)" : quote(root.shown ?? root.text);
 }
 
 /** A parameter as it stands at this phase: the run's setting, or the last value an adaptive policy moved it to. */
@@ -241,7 +243,7 @@ function acceptText(context) {
   const walk = walkNodes(verify);
   const post = walk[phase.walked - 1];
   const here = step.nodes.get(step.postToId[post] ?? "n0");
-  const at = here?.status === "root" ? `the root ${quote(here.text)}` : quote(here?.text);
+  const at = here?.status === "root" ? `the root ${rootText(context)}` : quote(here?.shown ?? here?.text);
   const last = phase.walked === walk.length;
   const entry = verify.walk?.[phase.walked - 1];
   const checks = entry ? entry.checks : derivedChecks(verify, step, post);
@@ -328,7 +330,8 @@ function commitText(context) {
   const emitted = verify?.emitted;
   const parts = [];
   if (rows === 1) {
-    parts.push(`The cache grows by one row (${rootText(context)}): ${prefix} → ${prefix + 1}.`);
+    const root = rootText(context);
+    parts.push(`The cache grows by one row (${root.startsWith("(") ? root.slice(1, -1) : root}): ${prefix} → ${prefix + 1}.`);
   } else {
     parts.push(`The cache keeps the root and the ${plural(accepted, "accepted position")} and drops ${dropped}: ` +
       `${prefix} + ${rows} rows after verify, ${prefix + kept} after the commit.`);

@@ -155,7 +155,7 @@ export function renderKv(box, cache, { committed = false, accepted = new Set([0]
  * child tried with its rule, min(1, p/q), the uniform draw u and the outcome; on rejection of all,
  * the residual norm(max(0, p − q)) and the token drawn from it.
  */
-export function renderSampling(box, walk, { nodeText, temperature, textOf }) {
+export function renderSampling(box, walk, { nodeText, temperature, textOf, plain = false }) {
   if (!walk) {
     box.replaceChildren(el("p", { class: "panel-note" },
       temperature > 0 ? "Step to an accept phase: this panel shows the target's p and the draft's q at each node the walk visits, the draw u and the outcome."
@@ -171,7 +171,7 @@ export function renderSampling(box, walk, { nodeText, temperature, textOf }) {
   if (walk.residual) parts.push(bars("residual norm(max(0, p − q))", walk.residual.map((t) => ({ ...t, q: null })), { residual: true }));
   if (walk.emitted) {
     const drawn = el("p", { class: `drawn ${walk.emitted.kind}`, "data-testid": "drawn-token", "data-token": String(walk.emitted.token) },
-                     `${walk.emitted.kind === "bonus" ? "★ bonus" : "↺ recovered"}: ${quote(walk.emitted.text)} ` +
+                     `${drawnName(walk.emitted, plain)}: ${quote(walk.emitted.text)} ` +
                      `(target p = ${sig(walk.emitted.p, 3)}${residualP(walk)}) — ` +
                      `${walk.residual ? "drawn from the residual" : temperature > 0 ? "drawn from p" : "the target's argmax"}`);
     parts.push(drawn);
@@ -179,6 +179,12 @@ export function renderSampling(box, walk, { nodeText, temperature, textOf }) {
   if (walk.partial) parts.push(el("p", { class: "panel-note" }, "This trace predates the walk's numbers (schema 1): p and q of the tried children only."));
   box.replaceChildren(...parts);
   box.dataset.node = String(walk.node);
+}
+
+// Plain decoding's token is the target's own choice, not a bonus after an accepted path.
+function drawnName(emitted, plain) {
+  if (plain) return "the target's token";
+  return emitted.kind === "bonus" ? "★ bonus" : "↺ recovered";
 }
 
 function residualP(walk) {

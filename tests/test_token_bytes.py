@@ -1,0 +1,50 @@
+"""A token that is only part of a UTF-8 character (an emoji's first bytes) carries its raw bytes in the
+events, so the page can decode it with its neighbours instead of drawing ⟨bytes⟩→⟨bytes⟩."""
+
+from __future__ import annotations
+
+from engine.codec import HFCodec, piece_bytes
+from engine.events import Candidate, EmittedToken, TreeNode, parse_event
+
+WAVE = "🌊".encode()  # f0 9f 8c 8a
+
+
+class ByteLevelTokenizer:
+    """Three byte-level pieces that spell " 🌊", and a whole word: what a GPT-2-style tokenizer holds."""
+
+    pieces = ["ĠðŁ", "Į", "Ĭ", "hello"]
+    raw = [b" " + WAVE[:2], WAVE[2:3], WAVE[3:4], b"hello"]
+    eos_token_id = None
+    chat_template = None
+
+    def __len__(self):
+        return len(self.pieces)
+
+    def get_vocab(self):
+        return {piece: i for i, piece in enumerate(self.pieces)}
+
+    def convert_ids_to_tokens(self, token):
+        return self.pieces[token]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return b"".join(self.raw[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def test_pieces_of_a_multi_byte_character_decode_together_to_it():
+    codec = HFCodec(ByteLevelTokenizer(), "byte-level")
+    hexes = [codec.byte_hex(token) for token in range(4)]
+    assert hexes == ["20f09f", "8c", "8a", None]  # a whole word needs no bytes
+    assert b"".join(bytes.fromhex(h) for h in hexes[:3]).decode() == " 🌊"
+
+
+def test_byte_fallback_pieces_are_read_as_their_byte():
+    assert piece_bytes("<0xF0>") == b"\xf0"
+    assert piece_bytes("▁hello") is None
+
+
+def test_events_without_byte_hex_read_as_before():
+    line = ('{"schema_version": 3, "run_id": "r", "policy": "ar", "type": "verify", "step": 1, "nodes": [], '
+            '"accepted_path": [0], "emitted": {"parent": 0, "token": 5, "text": "a", "p": 1.0, "kind": "bonus"}}')
+    assert parse_event(line).emitted.byte_hex is None
+    for model in (Candidate, TreeNode, EmittedToken):
+        assert model.model_fields["byte_hex"].default is None
