@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, model_serializer
 
 from engine.timing import Timings
 
@@ -82,7 +82,21 @@ class RunStarted(_Event):
     costs: CostsSummary | None = None
 
 
-class Candidate(BaseModel):
+class _TokenBytes(BaseModel):
+    """A token's raw bytes where its `text` alone is not whole UTF-8 (codec.byte_hex); written only
+    where present, so the events of every other token read as before."""
+
+    byte_hex: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_bytes(self, handler):
+        data = handler(self)
+        if data.get("byte_hex") is None:
+            data.pop("byte_hex", None)
+        return data
+
+
+class Candidate(_TokenBytes):
     """One candidate of a draft layer and the policy's decision on it."""
 
     parent: int  # tree index of the parent node
@@ -98,7 +112,6 @@ class Candidate(BaseModel):
     threshold: float | None = None  # the bar in force for this decision, if any
     node: int | None = None  # tree index when kept
     detail: dict[str, float] = Field(default_factory=dict)  # e.g. cast's utility and cost
-    byte_hex: str | None = None  # raw bytes where `text` alone is not whole UTF-8 (codec.byte_hex)
 
 
 class DraftLayer(_Event):
@@ -110,7 +123,7 @@ class DraftLayer(_Event):
     anchor: float | None = None  # e.g. talon's m_d
 
 
-class TreeNode(BaseModel):
+class TreeNode(_TokenBytes):
     node: int
     origin: int  # the node's index in the tree before rerank (as in draft_layer candidates)
     parent: int
@@ -120,7 +133,6 @@ class TreeNode(BaseModel):
     q: float
     score: float
     source: str
-    byte_hex: str | None = None  # raw bytes where `text` alone is not whole UTF-8 (codec.byte_hex)
 
 
 class DraftTreeDone(_Event):
@@ -140,13 +152,12 @@ class NodeVerdict(BaseModel):
     verdict: Verdict
 
 
-class EmittedToken(BaseModel):
+class EmittedToken(_TokenBytes):
     parent: int  # tree node after which the target chose it
     token: int
     text: str
     p: float
     kind: EmittedKind
-    byte_hex: str | None = None  # raw bytes where `text` alone is not whole UTF-8 (codec.byte_hex)
 
 
 class TokenOdds(BaseModel):

@@ -48,3 +48,14 @@ def test_events_without_byte_hex_read_as_before():
     assert parse_event(line).emitted.byte_hex is None
     for model in (Candidate, TreeNode, EmittedToken):
         assert model.model_fields["byte_hex"].default is None
+
+
+def test_byte_hex_is_written_only_where_a_token_has_it():
+    whole = EmittedToken(parent=0, token=5, text="a", p=1.0, kind="bonus")
+    partial = EmittedToken(parent=0, token=6, text="\ufffd", p=1.0, kind="bonus", byte_hex="f09f")
+    assert "byte_hex" not in whole.model_dump_json()
+    assert parse_event_field(partial.model_dump_json()) == "f09f"
+
+
+def parse_event_field(text: str) -> str:
+    return EmittedToken.model_validate_json(text).byte_hex
