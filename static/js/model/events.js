@@ -161,6 +161,7 @@ function labelRoot(step, treeRoot) {
   const root = step.nodes.get("n0");
   root.token = treeRoot.token;
   root.text = treeRoot.text;
+  root.byteHex = treeRoot.byte_hex ?? null;
 }
 
 function ensureNode(step, id, treeNode, idOfPost) {

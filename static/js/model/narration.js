@@ -257,14 +257,14 @@ function acceptText(context) {
       parts.push(`After ${at} the target's own choice is ${quote(textOf(step, accepted))} (p = ${sig(accepted.p)}), which is drafted: accepted ✓.`);
       if (rejected) parts.push(`Its ${plural(rejected, "other drafted child", "other drafted children")} ${rejected === 1 ? "is" : "are"} rejected ✗.`);
     } else if (checks.length) {
-      parts.push(`After ${at} the target prefers ${quote(emitted.text)} (p = ${sig(emitted.p)}), which no child offers: ` +
-        `${rejected === 1 ? "the drafted child is" : `the ${rejected} drafted children are`} rejected ✗ and ${quote(emitted.text)} is the recovered token ↺.`);
+      parts.push(`After ${at} the target prefers ${quote(emittedText(step, emitted))} (p = ${sig(emitted.p)}), which no child offers: ` +
+        `${rejected === 1 ? "the drafted child is" : `the ${rejected} drafted children are`} rejected ✗ and ${quote(emittedText(step, emitted))} is the recovered token ↺.`);
     } else if (!emitted) {
       parts.push(endsText(at));
     } else {
       parts.push(context.policy === "ar"
-        ? `The target's choice after ${at} is ${quote(emitted.text)} (p = ${sig(emitted.p)}).`
-        : `${at} ends its path: every drafted token on it was accepted, so the target's next token ${quote(emitted.text)} ` +
+        ? `The target's choice after ${at} is ${quote(emittedText(step, emitted))} (p = ${sig(emitted.p)}).`
+        : `${at} ends its path: every drafted token on it was accepted, so the target's next token ${quote(emittedText(step, emitted))} ` +
           `(p = ${sig(emitted.p)}) comes free as the bonus ★.`);
     }
     return parts.join(" ");
@@ -276,8 +276,8 @@ function acceptText(context) {
   } else if (last) {
     const left = entry?.residual_top?.find((t) => t.token === emitted.token);
     parts.push(emitted.kind === "bonus"
-      ? `${at} ends its path, so the bonus token ${quote(emitted.text)} ★ is drawn from the target's p (p = ${sig(emitted.p)}).`
-      : `${checks.length > 1 ? "Every child was" : "The child was"} rejected, so the recovered token ${quote(emitted.text)} ↺ ` +
+      ? `${at} ends its path, so the bonus token ${quote(emittedText(step, emitted))} ★ is drawn from the target's p (p = ${sig(emitted.p)}).`
+      : `${checks.length > 1 ? "Every child was" : "The child was"} rejected, so the recovered token ${quote(emittedText(step, emitted))} ↺ ` +
         `is drawn from what is left of p (target p ${sig(emitted.p)}${left ? `, ${sig(left.p)} in the residual` : ""}). ` +
         "The output stays distributed exactly as the target's.");
   }
@@ -290,7 +290,13 @@ function endsText(at) {
 }
 
 function textOf(step, check) {
-  return check.text ?? step.nodes.get(step.postToId[check.child])?.text ?? "";
+  const node = step.nodes.get(step.postToId[check.child]);
+  return check.text ?? node?.shown ?? node?.text ?? "";
+}
+
+// The emitted token as the tree draws it: decoded with its parents' bytes where it completes a character.
+function emittedText(step, emitted) {
+  return step?.nodes.get("emitted")?.shown ?? emitted.text;
 }
 
 /** One child the walk tried at temperature > 0, opening with `lead` ("At “x”, the" / "Then the"). */
@@ -337,8 +343,8 @@ function commitText(context) {
       `${prefix} + ${rows} rows after verify, ${prefix + kept} after the commit.`);
   }
   if (text && emitted) {
-    const tokens = accepted ? `${accepted} accepted + ${quote(emitted.text)} ${emitted.kind === "bonus" ? "as the bonus ★" : "recovered ↺"}`
-      : quote(emitted.text);
+    const tokens = accepted ? `${accepted} accepted + ${quote(emittedText(context.step, emitted))} ${emitted.kind === "bonus" ? "as the bonus ★" : "recovered ↺"}`
+      : quote(emittedText(context.step, emitted));
     parts.push(`The step emits ${plural(text.tokens.length, "token")}: ${tokens}.`);
   } else if (text && verify) {
     const end = context.step.nodes.get(context.step.postToId[verify.accepted_path[verify.accepted_path.length - 1]]);
