@@ -186,3 +186,15 @@ def test_at_1024_the_form_comes_first_and_a_chosen_run_brings_the_tree_into_view
         page.wait_for_function("() => document.querySelector('[data-testid=phase-name]').textContent.length > 0")
         page.wait_for_function("""() => { const box = document.querySelector('[data-testid=tree-viewport]').getBoundingClientRect();
                                           return box.top >= 0 && box.top < innerHeight / 2; }""", timeout=5000)
+
+
+def test_the_pages_numbers_say_when_costs_are_assumed_or_the_default_was_not_measured(browser, server_url):
+    info = {"replay_only": True, "drafters": [], "costs": "assumed",
+            "costs_note": "costs are assumed, not measured on this machine",
+            "default_policy_note": "talon: not measured on this device (run `specscope bench --record-default`)"}
+    with checked_page(browser, {"width": 1440, "height": 900}) as page:
+        page.route("**/api/info", lambda route: route.fulfill(json=info))
+        page.goto(server_url)
+        notes = page.locator("[data-testid=engine-notes]")
+        notes.wait_for(state="visible")
+        assert "costs are assumed" in notes.inner_text() and "not measured on this device" in notes.inner_text()
