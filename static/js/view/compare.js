@@ -204,6 +204,7 @@ export class CompareView {
     if (this.replayOnly || this.busy) return;
     const setup = this.readSetup();
     const requests = this.panes.map((pane) => ({ ...setup, policy: pane.policy(), params: pane.params() }));
+    revealPanes();
     this.stopped = false;
     this.setRunning(true);
     let cleared = false;
@@ -267,6 +268,7 @@ export class CompareView {
     this.openAtStepOne();
     this.renderTable();
     if (!this.open) this.toggle(true);
+    revealPanes();
     this.setStatus(`recorded comparison of ${finished.map((run) => run.policy).join(", ")}: the same prompt and seed, `
                    + "run one after another. Every pane opens at step 1; arrows step them together.", "done");
   }
@@ -286,7 +288,8 @@ export class CompareView {
     const facts = this.panes.map((pane) => pane.facts());
     const shared = sharedScales(facts);
     const scales = { steps: shared.steps, depth: axisTop(shared.depth), width: axisTop(shared.width),
-                     size: axisTop(shared.size), maxDepth: shared.depth, maxWidth: shared.width };
+                     size: axisTop(shared.size), maxDepth: shared.depth, maxWidth: shared.width,
+                     stepMs: Math.max(1, ...this.panes.flatMap((pane) => stepTimes(pane.player.events).map((t) => t.total))) };
     this.panes.forEach((pane) => pane.draw(scales));
     this.drawPlayer();
     this.onChange();
@@ -454,7 +457,7 @@ class Pane {
                                                  current: stepIndex, onPick: pick });
     this.strip.replaceChildren(el("p", { class: "hint" }, "every step's tree at one scale (darker: accepted depth)"), strip);
     this.timeSplit.replaceChildren(timeSplitChart(stepTimes(player.events), { current: stepIndex, onPick: pick, steps: scales.steps,
-                                                                              width: Math.max(300, box), height: 140 }));
+                                                                              yMax: scales.stepMs, width: Math.max(300, box), height: 140 }));
   }
 
   /** A click on this pane's charts: this pane goes to step i, the others follow as aligned. */
@@ -465,6 +468,13 @@ class Pane {
     group.seekStep(stepIndex, this.player.position() ?? STEP_ONE);
     group.leaderIndex = leader;
   }
+}
+
+/** Where the form comes first (one column, ≤ 1100 px), a comparison brings its player and panes into view. */
+function revealPanes() {
+  const box = $("compare-player").getBoundingClientRect();
+  if (!box.height || (box.top >= 0 && box.top < innerHeight * 0.5)) return;
+  $("compare").scrollIntoView({ block: "start", behavior: matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth" });
 }
 
 // On a projector (presentation mode) a pane's tree is drawn 1.6 times its size: its 15 px labels at 24 px.

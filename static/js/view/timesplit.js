@@ -25,9 +25,10 @@ function formatMs(ms) {
 
 /**
  * The chart: one stacked bar per step (bottom to top: draft, verify, other), the step shown marked,
- * a click picks a step. Each segment carries data-step, data-part and data-ms.
+ * a click picks a step; `steps` and `yMax` fix the axes (panes share them). Each segment carries
+ * data-step, data-part and data-ms.
  */
-export function timeSplitChart(times, { current = -1, onPick = null, width = 640, height = 200, steps = null } = {}) {
+export function timeSplitChart(times, { current = -1, onPick = null, width = 640, height = 200, steps = null, yMax = null } = {}) {
   const totals = timeTotals(times);
   const count = Math.max(steps ?? times.length, 1);
   const chart = frame({ title: "time per step: draft, verify, other", width, height, left: 56, right: 8, top: 10, bottom: 40,
@@ -35,7 +36,8 @@ export function timeSplitChart(times, { current = -1, onPick = null, width = 640
   chart.figure.dataset.testid = "time-split-figure";
   legend(chart, TIME_PARTS.map((part) => ({ label: part, colour: PART_COLOUR[part] })));
   const { x0, x1, y0, y1 } = chart.plot;
-  const top = niceMax(times.map((t) => t.total), 1);
+  // Panes side by side share one y range (yMax), so their bars compare at a glance.
+  const top = niceMax(yMax != null ? [yMax] : times.map((t) => t.total), 1);
   const y = linear(0, top, y0, y1);
   axisY(chart, y, niceTicks(0, top, 4).filter((t) => t <= top), "ms");
   const band = (x1 - x0) / count;
