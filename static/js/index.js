@@ -8,6 +8,7 @@ import { narrate, prefixLength } from "./model/narration.js";
 import { foldPhase, parsePosition, phaseKey, stepEvent } from "./model/phases.js";
 import { baselineKey, checkSetup, decodeLink, encodeCompare, encodeLink, encodeView } from "./model/setup.js";
 import { formulaNumbers, kvCache, verifiedTree, walkStep } from "./model/theory.js";
+import { stepTimes } from "./model/timesplit.js";
 import { PhasePlayer } from "./player.js";
 import { renderCaption } from "./view/caption.js";
 import { CompareView, REPLAY_ONLY_REASON } from "./view/compare.js";
@@ -15,7 +16,6 @@ import { el } from "./view/dom.js";
 import { composeSvg, download, svgToPng, traceText as eventsText } from "./view/export.js";
 import { describePolicy, fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
 import { Presentation } from "./view/presentation.js";
-import { stepTimes } from "./model/timesplit.js";
 import { renderEngineNotes, renderMetrics, renderOutput, renderTimeSplit, renderTimeline } from "./view/run.js";
 import { renderFormulas, renderKv, renderMask, renderSampling, scaleDrawings } from "./view/theory.js";
 import { TreeView, createTooltip } from "./view/tree.js";
@@ -482,8 +482,8 @@ function onKey(event) {
     "0": () => tree.fitAll(),
     f: () => refocus(),
     F: () => refocus(),
-    t: () => showTheory(THEORY_VIEWS[(THEORY_VIEWS.indexOf(page.view) + 1) % THEORY_VIEWS.length]),
-    T: () => showTheory(THEORY_VIEWS[(THEORY_VIEWS.indexOf(page.view) + 1) % THEORY_VIEWS.length]),
+    t: () => showTheory(nextTheory()),
+    T: () => showTheory(nextTheory()),
     ...Object.fromEntries(THEORY_VIEWS.map((view, i) => [String(i + 1), () => showTheory(view)])),
   };
   const action = actions[event.key];
@@ -491,6 +491,10 @@ function onKey(event) {
     event.preventDefault();
     action();
   }
+}
+
+function nextTheory() {
+  return THEORY_VIEWS[(THEORY_VIEWS.indexOf(page.view) + 1) % THEORY_VIEWS.length];
 }
 
 function showTheory(view) {
