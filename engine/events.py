@@ -24,14 +24,17 @@ so version-1 traces read unchanged. Version 3 reports a step only as far as
 its text goes: where the text ends at an accepted draft (the first EOS, or
 max_new_tokens), `accepted_path` and `walk` stop at that node, nodes past it
 are unreached, and `emitted` is null, since no recovered or bonus token
-follows; earlier traces read unchanged.
+follows; earlier traces read unchanged. Version 3 traces may also carry `byte_hex`
+on candidates, tree nodes and emitted tokens: a token's raw bytes where its text
+alone is not whole UTF-8 (part of an emoji or accented letter), so a reader can
+decode it with the tokens around it; absent, as in earlier traces, it is None.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, model_serializer
 
 from engine.acceptance import Check
 from engine.policies.base import Adjustment
@@ -81,7 +84,21 @@ class RunStarted(_Event):
     costs: CostsSummary | None = None
 
 
-class Candidate(BaseModel):
+class _TokenBytes(BaseModel):
+    """A token's raw bytes where its `text` alone is not whole UTF-8 (codec.byte_hex); written only
+    where present, so the events of every other token read as before."""
+
+    byte_hex: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_bytes(self, handler):
+        data = handler(self)
+        if data.get("byte_hex") is None:
+            data.pop("byte_hex", None)
+        return data
+
+
+class Candidate(_TokenBytes):
     """One candidate of a draft layer and the policy's decision on it."""
 
     parent: int  # tree index of the parent node
@@ -108,7 +125,7 @@ class DraftLayer(_Event):
     anchor: float | None = None  # e.g. talon's m_d
 
 
-class TreeNode(BaseModel):
+class TreeNode(_TokenBytes):
     node: int
     origin: int  # the node's index in the tree before rerank (as in draft_layer candidates)
     parent: int
@@ -137,7 +154,7 @@ class NodeVerdict(BaseModel):
     verdict: Verdict
 
 
-class EmittedToken(BaseModel):
+class EmittedToken(_TokenBytes):
     parent: int  # tree node after which the target chose it
     token: int
     text: str

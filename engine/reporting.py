@@ -85,7 +85,8 @@ class RunReporter:
         full, origins = draft.tree, sorted(rerank.keep)
         nodes = [TreeNode(node=i, origin=origins[i], parent=verified.parent[i], token=verified.token[i],
                           text=self.codec.token_text(verified.token[i]), depth=verified.depth[i], q=verified.q[i],
-                          score=verified.score[i], source=verified.source[i]) for i in range(len(verified))]
+                          score=verified.score[i], source=verified.source[i], byte_hex=self.codec.byte_hex(verified.token[i]))
+                 for i in range(len(verified))]
         pruned = [self._candidate(full.parent[old], full.token[old], full.depth[old], full.q[old], full.score[old],
                                   full.source[old], decision, old)
                   for old, decision in sorted(rerank.pruned.items())]
@@ -135,7 +136,7 @@ class RunReporter:
                    decision: Decision, node: int | None) -> Candidate:
         return Candidate(parent=parent, token=token, text=self.codec.token_text(token), depth=depth, q=q, score=score,
                          source=source, kept=decision.kept, expanded=decision.expanded, reason=decision.reason,
-                         threshold=decision.threshold, node=node, detail=decision.detail)
+                         threshold=decision.threshold, node=node, detail=decision.detail, byte_hex=self.codec.byte_hex(token))
 
     def _verdicts(self, result: VerifiedStep) -> dict[str, Any]:
         """The walk as far as the text goes. Where the text ends at an accepted draft (EOS, or max-new-tokens),
@@ -151,7 +152,7 @@ class RunReporter:
         emitted = None
         if result.emitted_kept:
             emitted = EmittedToken(parent=path[-1], token=accepted.token, text=self.codec.token_text(accepted.token),
-                                   p=accepted.token_p, kind=accepted.kind)
+                                   p=accepted.token_p, kind=accepted.kind, byte_hex=self.codec.byte_hex(accepted.token))
         walk = [self._walk_node(result, visit) for visit in visits]
         return {"nodes": nodes, "emitted": emitted, "accepted_path": path, "walk": walk}
 

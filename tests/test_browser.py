@@ -186,3 +186,18 @@ def markup_trace(markup: str) -> str:
          "stop_reason": "max_new_tokens"},
     ]
     return "\n".join(json.dumps(event) for event in events) + "\n"
+
+
+def test_at_1024_the_prompt_is_on_screen_and_run_brings_the_growing_tree_into_view(browser, server_url):
+    viewport = {"width": 1024, "height": 768}
+    with checked_page(browser, viewport) as small:
+        open_page(small, server_url)
+        prompt = small.locator("[data-testid=prompt]").bounding_box()
+        assert prompt["y"] + prompt["height"] <= viewport["height"], "the prompt form comes before the empty tree"
+        small.fill("#max-new-tokens", "8")
+        small.click("[data-testid=run]")
+        small.wait_for_selector("[data-testid=tree] [data-status]", timeout=120_000)
+        small.wait_for_function("""() => { const box = document.querySelector('[data-testid=tree-viewport]').getBoundingClientRect();
+                                          return box.top >= 0 && box.top < innerHeight / 2; }""", timeout=10_000)
+        small.wait_for_selector("[data-testid=output][data-finished=true]", timeout=300_000)
+        assert small.locator("[data-testid=time-split] .time-part").count() >= 3, "each step's draft, verify and other time"

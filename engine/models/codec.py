@@ -22,6 +22,16 @@ class Codec(ABC):
     def token_text(self, token: int) -> str:
         """A single token as text, for labels."""
 
+    def token_bytes(self, token: int) -> bytes | None:
+        """A token's raw bytes where its text alone is not whole UTF-8 (part of a multi-byte character,
+        which token_text shows as U+FFFD), so a reader can decode it with its neighbours; else None."""
+        return None
+
+    def byte_hex(self, token: int) -> str | None:
+        """token_bytes as hex ("f09f"), the form the events carry."""
+        raw = self.token_bytes(token)
+        return raw.hex() if raw is not None else None
+
 
 class HFCodec(Codec):
     """A Hugging Face tokenizer, with its chat template when it has one."""
@@ -49,6 +59,11 @@ class HFCodec(Codec):
     def token_text(self, token: int) -> str:
         return self.tokenizer.decode([token], skip_special_tokens=False)
 
+    def token_bytes(self, token: int) -> bytes | None:
+        if "\ufffd" not in self.token_text(token):
+            return None
+        return piece_bytes(self.tokenizer.convert_ids_to_tokens(token))
+
 
 class ByteCodec(Codec):
     """Bytes as tokens (ids 0..255) plus an end-of-turn id: for tiny in-code models."""
@@ -67,3 +82,34 @@ class ByteCodec(Codec):
 
     def token_text(self, token: int) -> str:
         return bytes([token]).decode("latin-1") if token < 256 else f"<{token}>"
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, character -> byte: printable bytes stand for themselves, the
+    rest for 256 + their rank (the mapping Hugging Face's ByteLevel pre-tokenizer uses)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(char): byte for byte, char in zip(printable, chars)}
+
+
+BYTE_LEVEL = _byte_level_alphabet()
+
+
+def piece_bytes(piece: str) -> bytes | None:
+    """The bytes a tokenizer's piece stands for: a byte-level BPE piece ("ĠðŁ" -> b" \\xf0\\x9f") or a
+    byte-fallback piece ("<0xF0>" -> b"\\xf0"); None for any other kind.
+
+    >>> piece_bytes("ĠðŁ"), piece_bytes("<0xF0>"), piece_bytes("▁hello")
+    (b' \\xf0\\x9f', b'\\xf0', None)
+    """
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        return bytes([int(piece[3:5], 16)])
+    if piece and all(ch in BYTE_LEVEL for ch in piece):
+        return bytes(BYTE_LEVEL[ch] for ch in piece)
+    return None

@@ -9,6 +9,7 @@ import { foldPhase, parsePosition, phaseKey, stepEvent } from "./model/phases.js
 import { isBaseline, presentationOf } from "./model/policies.js";
 import { baselineKey, checkSetup, decodeLink, encodeCompare, encodeLink, encodeView, setupRules } from "./model/setup.js";
 import { formulaNumbers, kvCache, verifiedTree, walkStep } from "./model/theory.js";
+import { stepTimes } from "./model/timesplit.js";
 import { PhasePlayer } from "./player.js";
 import { renderCaption } from "./view/caption.js";
 import { CompareView, REPLAY_ONLY_REASON } from "./view/compare.js";
@@ -16,7 +17,7 @@ import { el } from "./view/dom.js";
 import { composeSvg, download, svgToPng, traceText as eventsText } from "./view/export.js";
 import { applyRequestRules, describePolicy, fillPolicySelect, markInvalid, readParams, renderParams } from "./view/forms.js";
 import { Presentation } from "./view/presentation.js";
-import { renderMetrics, renderOutput, renderTimeline } from "./view/run.js";
+import { renderEngineNotes, renderMetrics, renderOutput, renderTimeSplit, renderTimeline } from "./view/run.js";
 import { renderFormulas, renderKv, renderMask, renderSampling, scaleDrawings } from "./view/theory.js";
 import { TreeView, createTooltip } from "./view/tree.js";
 
@@ -28,6 +29,8 @@ const ZOOM = { screen: { minZoom: 0.94, homeZoom: 1.05, maxZoom: 1.5 },
 // A layer whose folded candidates are this few opens by itself while it is the one drafted.
 const OPEN_BY_ITSELF = 12;
 const PANEL_OF_PHASE = { draft: "formulas", rerank: "formulas", verify: "mask", accept: "sampling", commit: "kv" };
+// The theory tabs in order: keys 1–5 pick one, T the next (on a projector the tabs cannot be clicked from the lectern).
+const THEORY_VIEWS = ["auto", "mask", "kv", "sampling", "formulas"];
 
 const page = {
   schemas: {}, // the served policies (/api/policies): parameters and presentation
@@ -59,6 +62,7 @@ page.presentation = new Presentation({
   onChange: () => {
     page.focusKey = null; // the camera re-frames for the new size
     scheduleDraw();
+    page.compare?.scheduleDraw();
   },
 });
 
@@ -110,6 +114,7 @@ function draw() {
   renderOutput($("output"), state.run, presentationOf(page.schemas, state.run.policy).drafts);
   $("output").dataset.finished = String(Boolean(state.run.finished));
   renderMetrics($("metrics"), runSummary(state.run), speedupOf(state.run), (i) => player.seekStep(i));
+  renderTimeSplit($("time-split-box"), stepTimes(events), { current: phase?.stepIndex ?? -1, onPick: (i) => player.seekStep(i) });
   saveView();
 }
 
@@ -207,6 +212,7 @@ function drawTheory(phase, state) {
     temperature: started.temperature ?? 0,
     nodeText: walk ? textAtPost(state.step, walk.node) : "",
     textOf: (check) => textAtPost(state.step, check.child),
+    plain: !presentationOf(page.schemas, started.policy).drafts,
   });
   const ar = page.arEvents;
   const arFinished = ar?.find((e) => e.type === "run_finished") ?? (page.request ? page.baselines.get(baselineKey(page.request)) : null);
@@ -230,7 +236,7 @@ function drawMask() {
   }
   const tree = verifiedTree(events, phase);
   renderMask($("mask-panel"), tree, prefixLength(events, phase), {
-    width: panelWidth(), height: page.presentation.active ? 300 : 560, hovered: page.hovered,
+    width: panelWidth(), height: 560, hovered: page.hovered, labelAll: page.presentation.active,
     onHover: (row) => {
       page.hovered = row;
       page.tree.highlight(page.theory.state.step?.postToId[row] ?? null);
@@ -240,9 +246,10 @@ function drawMask() {
   scaleDrawings($("mask-panel"), drawingScale());
 }
 
-// On a projector the theory panel's drawings are drawn larger, and laid out for the width that leaves.
+// On a projector the theory panel's drawings are drawn larger (their 14 px text at 24 px), and laid
+// out for the width that leaves.
 function drawingScale() {
-  return page.presentation.active ? 1.4 : 1;
+  return page.presentation.active ? 24 / 14 : 1;
 }
 
 function panelWidth() {
@@ -347,6 +354,7 @@ async function runSingle(event) {
   markInvalid(document, null);
   page.request = request;
   page.player.load([], { follow: true });
+  revealTree();
   setRunning(true);
   setStatus(`running ${request.policy}…`, "busy");
   try {
@@ -372,6 +380,13 @@ function reportError(err) {
   } else {
     setStatus(`error: ${err.message}`, "error");
   }
+}
+
+/** Where the form comes first (one column, ≤ 1100 px), a run brings the tree into view to be seen growing. */
+function revealTree() {
+  const box = $("tree-viewport").getBoundingClientRect();
+  if (box.top >= 0 && box.top < innerHeight * 0.5) return;
+  $("single").scrollIntoView({ block: "start", behavior: matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth" });
 }
 
 // ---------------------------------------------------------------- replay
@@ -441,6 +456,7 @@ function showRecorded(recorded, { at = null } = {}) {
   if (started) applySetup({ ...page.request, policy: started.policy, params: started.params });
   page.focusKey = null;
   page.player.load(recorded.events, { follow: false, at });
+  revealTree();
   setStatus(`replaying ${recorded.policy}: → and ← move one phase, Shift+→ and Shift+← one step, Space plays`, "done");
 }
 
@@ -469,12 +485,24 @@ function onKey(event) {
     "0": () => tree.fitAll(),
     f: () => refocus(),
     F: () => refocus(),
+    t: () => showTheory(nextTheory()),
+    T: () => showTheory(nextTheory()),
+    ...Object.fromEntries(THEORY_VIEWS.map((view, i) => [String(i + 1), () => showTheory(view)])),
   };
   const action = actions[event.key];
   if (action) {
     event.preventDefault();
     action();
   }
+}
+
+function nextTheory() {
+  return THEORY_VIEWS[(THEORY_VIEWS.indexOf(page.view) + 1) % THEORY_VIEWS.length];
+}
+
+function showTheory(view) {
+  page.view = view;
+  scheduleDraw();
 }
 
 function refocus() {
@@ -506,10 +534,7 @@ function wireButtons() {
     });
   }
   for (const tab of document.querySelectorAll("#theory [role=tab]")) {
-    tab.addEventListener("click", () => {
-      page.view = tab.dataset.view;
-      scheduleDraw();
-    });
+    tab.addEventListener("click", () => showTheory(tab.dataset.view));
   }
   $("speed").addEventListener("change", (e) => { player.speed = Number(e.target.value); });
   $("step-timeline").querySelector("input[type=range]")
@@ -537,12 +562,13 @@ async function start() {
   page.player.policies = schemas;
   page.rules = setupRules(request, info.default_policy);
   applyRequestRules(document, page.rules);
+  renderEngineNotes($("engine-notes"), info);
   const link = await decodeLink(location.search, location.hash);
   const view = link.view;
   // What a link asks for is checked; whatever is replaced by a default is said in the status line.
   const { setup, problems } = checkSetup(link.setup, page.schemas, page.rules);
   applySetup(setup);
-  if (["auto", "mask", "kv", "sampling", "formulas"].includes(view.view)) page.view = view.view;
+  if (THEORY_VIEWS.includes(view.view)) page.view = view.view;
   $("policy").addEventListener("change", () => {
     renderParams($("params"), page.schemas[$("policy").value]);
     describePolicy($("policy-description"), page.schemas[$("policy").value]);

@@ -1,5 +1,7 @@
 // Comparing runs of the same setup: lock-step alignment, shared scales, the table that explains, and
 // equality with ar in words. No DOM.
+
+import { ownTimesSpeedup } from "./timesplit.js";
 //
 // Equality. Under greedy decoding every policy must emit exactly ar's tokens: the engine is lossless.
 // In bf16 (or fp16) a tree forward and a one-token forward add the same numbers in another order, so
@@ -125,7 +127,8 @@ export function sharedScales(facts) {
  * policy that drafts nothing, model/policies.js baselinePolicy):
  *   tokensPerS, speedup (ar = 1), tau, delta, c, meanTreeSize (draft nodes verified per step),
  *   acceptance (accepted drafts over drafted nodes verified), predictedR = τ / (1 + c·δ) (the speedup if
- *   verifying a tree cost one plain forward; δ = 0 needs no c), equality with ar.
+ *   verifying a tree cost one plain forward; δ = 0 needs no c), costAwareR = τ / (verify(n)/verify(1) + δ·c)
+ *   from the run's own times and ar's (model/timesplit.js, as the formula panel computes it), equality with ar.
  */
 export function tableRows(facts, { dtype = null, baseline = null } = {}) {
   const ar = facts.find((f) => f.policy === baseline && f.finished) ?? null;
@@ -142,6 +145,7 @@ export function tableRows(facts, { dtype = null, baseline = null } = {}) {
       meanTreeSize: f.steps.length ? drafted / f.steps.length : null,
       acceptance: drafted ? accepted / drafted : null,
       predictedR: predictedSpeedup(done.tau, done.delta, done.c),
+      costAwareR: ownTimesSpeedup(f.events, { arEvents: ar?.events, costs: f.started?.costs }).R,
       equality: equality(f, ar, { dtype }),
     };
   });

@@ -1,6 +1,6 @@
 // Folding engine events into run state, and splitting a trace into runs and steps. No DOM.
 
-import { formatProbability } from "./format.js";
+import { bytesLabel, decodeByteRun, formatProbability } from "./format.js";
 
 export function createRun() {
   return { runId: null, policy: null, started: null, steps: [], text: [], metrics: [],
@@ -42,6 +42,7 @@ const HANDLERS = {
     const step = stepOf(run, event.step);
     step.layers.push({ depth: event.depth, threshold: event.threshold ?? null, anchor: event.anchor ?? null });
     event.candidates.forEach((candidate, i) => addCandidate(step, event.depth, candidate, i));
+    decodeByteRuns(step);
   },
   tree(run, event) {
     const step = stepOf(run, event.step);
@@ -52,13 +53,16 @@ const HANDLERS = {
     step.postToId.forEach((id, post) => { step.nodes.get(id).post = post; });
     step.tree = event.nodes;
     labelRoot(step, event.nodes[0]);
+    decodeByteRuns(step);
   },
   verify(run, event) {
     const step = stepOf(run, event.step);
     step.phase = "verify";
+    if (!step.tree) rootFromPreviousStep(run, step);
     for (const verdict of event.nodes) applyVerdict(step, verdict);
     step.acceptedPath = event.accepted_path.map((post) => step.postToId[post]).filter(Boolean);
-    if (event.emitted) addEmitted(step, event.emitted); // none where the text ended at an accepted draft
+    if (event.emitted) addEmitted(run, step, event.emitted); // none where the text ended at an accepted draft
+    decodeByteRuns(step);
   },
   text(run, event) {
     const step = stepOf(run, event.step);
@@ -93,8 +97,24 @@ function addCandidate(step, depth, candidate, i) {
     depth: candidate.depth, q: candidate.q, score: candidate.score, source: candidate.source,
     status: candidate.kept ? "kept" : "pruned", reason: candidate.reason, expanded: candidate.expanded ?? candidate.kept,
     threshold: candidate.threshold ?? null, detail: candidate.detail ?? {},
-    p: null, verdict: null, index: candidate.node ?? null,
+    p: null, verdict: null, index: candidate.node ?? null, byteHex: candidate.byte_hex ?? null,
   });
+}
+
+/**
+ * Tokens that are each part of a multi-byte character (byte_hex set) read together with their
+ * parents': the node that completes the character shows it (`shown`, with `joined` saying so), a node
+ * that does not yet shows its own bytes, so a path reads "⟨20 f0 9f⟩ → ⟨8c⟩ → ␣🌊", not ⟨bytes⟩ thrice.
+ */
+function decodeByteRuns(step) {
+  for (const node of step.nodes.values()) {
+    if (!node.byteHex) continue;
+    const run = [node.byteHex];
+    for (let up = step.nodes.get(node.parent); up?.byteHex; up = step.nodes.get(up.parent)) run.unshift(up.byteHex);
+    const text = decodeByteRun(run);
+    node.shown = text ?? bytesLabel(node.byteHex);
+    node.joined = text != null && run.length > 1 ? run.length : null;
+  }
 }
 
 function prunedAtRerank(step, candidate) {
@@ -124,12 +144,24 @@ function mapVerifiedTree(step, treeNodes) {
                                          (post) => (post === 0 ? "n0" : `t${post}`)));
 }
 
+/**
+ * Plain decoding sends no tree: its root, the context's last token, is the token the previous step
+ * emitted, so the tree and the caption name the same token (step 1's is the prompt's last).
+ */
+function rootFromPreviousStep(run, step) {
+  const previous = run.steps[run.steps.indexOf(step) - 1]?.emitted;
+  if (!previous) return;
+  const root = step.nodes.get("n0");
+  Object.assign(root, { token: previous.token, text: previous.text, byteHex: previous.byte_hex ?? null });
+}
+
 // The root stands for the context; the tree event names its last token.
 function labelRoot(step, treeRoot) {
   if (!treeRoot) return;
   const root = step.nodes.get("n0");
   root.token = treeRoot.token;
   root.text = treeRoot.text;
+  root.byteHex = treeRoot.byte_hex ?? null;
 }
 
 function ensureNode(step, id, treeNode, idOfPost) {
@@ -138,6 +170,7 @@ function ensureNode(step, id, treeNode, idOfPost) {
       id, parent: idOfPost(treeNode.parent), token: treeNode.token, text: treeNode.text,
       depth: treeNode.depth, q: treeNode.q, score: treeNode.score, source: treeNode.source,
       status: "kept", reason: null, threshold: null, detail: {}, p: null, verdict: null, index: treeNode.node,
+      byteHex: treeNode.byte_hex ?? null,
     });
   }
   return id;
@@ -151,14 +184,18 @@ function applyVerdict(step, verdict) {
   if (verdict.verdict !== "unreached") node.status = verdict.verdict;
 }
 
-function addEmitted(step, emitted) {
+function addEmitted(run, step, emitted) {
   const parentId = step.postToId[emitted.parent] ?? "n0";
   const parent = step.nodes.get(parentId);
+  // Plain decoding drafts nothing (its run has no drafter): its token is the target's own, not a bonus
+  // after an accepted path.
+  const plain = run.started?.drafter === "none";
   step.emitted = { ...emitted, id: "emitted" };
   step.nodes.set("emitted", {
     id: "emitted", parent: parentId, token: emitted.token, text: emitted.text,
     depth: (parent?.depth ?? 0) + 1, q: null, score: null, source: "target",
     status: emitted.kind, reason: null, threshold: null, detail: {}, p: emitted.p, verdict: emitted.kind, index: null,
+    byteHex: emitted.byte_hex ?? null, plain,
   });
 }
 
@@ -185,11 +222,26 @@ export function describeNode(node) {
   if (node.threshold != null) rows.push(["threshold", formatProbability(node.threshold)]);
   rows.push(["target p", node.p == null ? "not verified" : formatProbability(node.p)]);
   for (const [key, value] of Object.entries(node.detail ?? {})) rows.push([key, formatProbability(value)]);
-  if (/^\uFFFD+$/.test(node.text ?? "")) rows.push(["note", "part of a multi-byte character (the first bytes of an emoji or accented letter)"]);
+  if (node.byteHex) {
+    rows.push(["bytes", bytesLabel(node.byteHex)]);
+    rows.push(["note", node.joined ? `completes ${JSON.stringify(node.shown)} with the bytes of its ${node.joined - 1} parent token(s)`
+      : "part of a multi-byte character (an emoji or accented letter): its children's bytes complete it"]);
+  } else if (/^\uFFFD+$/.test(node.text ?? "")) {
+    rows.push(["note", "part of a multi-byte character (the first bytes of an emoji or accented letter)"]);
+  }
+  const special = SPECIAL_TOKENS[node.text];
+  if (special) rows.push(["note", special]);
   rows.push(["decision", decisionText(node)]);
   if (node.hiddenPruned) rows.push(["pruned not drawn", String(node.hiddenPruned)]);
   return rows;
 }
+
+// The chat template's markers, which labels show as ⟨start⟩ and ⟨end⟩ (format.js tokenLabel).
+const SPECIAL_TOKENS = {
+  "<|im_start|>": "⟨start⟩ is the chat template's start-of-turn marker (<|im_start|>), not text: a draft that proposes it guesses a new turn begins",
+  "<|im_end|>": "⟨end⟩ is the chat template's end-of-turn marker (<|im_end|>): generation stops where the target emits it",
+  "<|endoftext|>": "⟨endoftext⟩ is the model's end-of-text marker: generation stops where the target emits it",
+};
 
 const REASONS = {
   topk: "top-K of its parent",
@@ -209,7 +261,8 @@ function decisionText(node) {
     case "accepted": return "accepted by the target";
     case "rejected": return "rejected by the target";
     case "recovered": return "recovered: the target's own token where it rejected the drafts";
-    case "bonus": return "bonus: the target's next token after a fully accepted path";
+    case "bonus": return node.plain ? "the target's own next token (plain decoding drafts nothing)"
+      : "bonus: the target's next token after a fully accepted path";
     default: return node.status;
   }
 }

@@ -18,6 +18,24 @@ export function tokenLabel(text) {
   return Array.from(text, (ch) => VISIBLE_WHITESPACE[ch] ?? ch).join("");
 }
 
+/**
+ * The text of a run of tokens that are each part of a UTF-8 character, from their raw bytes (the
+ * events' byte_hex, earliest first): the characters they spell where the bytes end on a whole one,
+ * else null (the character goes on past the last token).
+ *
+ * decodeByteRun(["20f09f", "8c", "8a"]) -> " 🌊"; decodeByteRun(["20f09f", "8c"]) -> null
+ */
+export function decodeByteRun(hexes) {
+  const bytes = Uint8Array.from(hexes.join("").match(/../g) ?? [], (pair) => parseInt(pair, 16));
+  const text = new TextDecoder("utf-8").decode(bytes);
+  return text.includes("\uFFFD") ? null : text;
+}
+
+/** A partial token's own bytes, for a label (thin spaces, which labels keep as they are): "f09f" -> "⟨f0 9f⟩". */
+export function bytesLabel(hex) {
+  return `⟨${(hex.match(/../g) ?? []).join("\u2009")}⟩`;
+}
+
 /** Shortens a label to `max` characters, marking the cut. */
 export function truncate(label, max = 9) {
   const chars = Array.from(label);

@@ -24,9 +24,10 @@ export const MARKS = { accepted: "✓", rejected: "✗", recovered: "↺", bonus
 
 /** A node's label: its mark, then its token with whitespace made visible, cut to fit. */
 export function nodeLabel(node) {
-  if (node.status === "root") return node.token == null ? "prompt…" : `…${truncate(tokenLabel(node.text), 7)}`;
-  const mark = MARKS[node.status];
-  const text = truncate(tokenLabel(node.text), mark ? LAYOUT.maxLabel : LAYOUT.maxWaiting);
+  if (node.status === "root") return node.token == null ? "prompt…" : `…${truncate(tokenLabel(node.shown ?? node.text), 7)}`;
+  // Plain decoding's token is the target's own, not a bonus: no ★.
+  const mark = node.plain ? null : MARKS[node.status];
+  const text = truncate(tokenLabel(node.shown ?? node.text), mark ? LAYOUT.maxLabel : LAYOUT.maxWaiting);
   return mark ? `${mark} ${text}` : text;
 }
 

@@ -97,9 +97,11 @@ function parentsOf(layer) {
   return new Set(layer.candidates.map((c) => c.parent)).size;
 }
 
+// The root named as the tree draws it: its token, or, before any token is known (step 1 of plain
+// decoding), the prompt's last, in parentheses (so a sentence that brackets the root must not add its own).
 function rootText(context) {
   const root = context.step.nodes.get("n0");
-  return root?.token == null ? "(the prompt's last token)" : quote(root.text);
+  return root?.token == null ? "(the prompt's last token)" : quote(root.shown ?? root.text);
 }
 
 /** A parameter as it stands at this phase: the run's setting, or the last value an adaptive policy moved it to. */
@@ -241,7 +243,7 @@ function acceptText(context) {
   const walk = walkNodes(verify);
   const post = walk[phase.walked - 1];
   const here = step.nodes.get(step.postToId[post] ?? "n0");
-  const at = here?.status === "root" ? `the root ${quote(here.text)}` : quote(here?.text);
+  const at = here?.status === "root" ? `the root ${rootText(context)}` : quote(here?.shown ?? here?.text);
   const last = phase.walked === walk.length;
   const entry = verify.walk?.[phase.walked - 1];
   const checks = entry ? entry.checks : derivedChecks(verify, step, post);
@@ -255,14 +257,14 @@ function acceptText(context) {
       parts.push(`After ${at} the target's own choice is ${quote(textOf(step, accepted))} (p = ${sig(accepted.p)}), which is drafted: accepted ✓.`);
       if (rejected) parts.push(`Its ${plural(rejected, "other drafted child", "other drafted children")} ${rejected === 1 ? "is" : "are"} rejected ✗.`);
     } else if (checks.length) {
-      parts.push(`After ${at} the target prefers ${quote(emitted.text)} (p = ${sig(emitted.p)}), which no child offers: ` +
-        `${rejected === 1 ? "the drafted child is" : `the ${rejected} drafted children are`} rejected ✗ and ${quote(emitted.text)} is the recovered token ↺.`);
+      parts.push(`After ${at} the target prefers ${quote(emittedText(step, emitted))} (p = ${sig(emitted.p)}), which no child offers: ` +
+        `${rejected === 1 ? "the drafted child is" : `the ${rejected} drafted children are`} rejected ✗ and ${quote(emittedText(step, emitted))} is the recovered token ↺.`);
     } else if (!emitted) {
       parts.push(endsText(at));
     } else {
       parts.push(context.policy === "ar"
-        ? `The target's choice after ${at} is ${quote(emitted.text)} (p = ${sig(emitted.p)}).`
-        : `${at} ends its path: every drafted token on it was accepted, so the target's next token ${quote(emitted.text)} ` +
+        ? `The target's choice after ${at} is ${quote(emittedText(step, emitted))} (p = ${sig(emitted.p)}).`
+        : `${at} ends its path: every drafted token on it was accepted, so the target's next token ${quote(emittedText(step, emitted))} ` +
           `(p = ${sig(emitted.p)}) comes free as the bonus ★.`);
     }
     return parts.join(" ");
@@ -274,8 +276,8 @@ function acceptText(context) {
   } else if (last) {
     const left = entry?.residual_top?.find((t) => t.token === emitted.token);
     parts.push(emitted.kind === "bonus"
-      ? `${at} ends its path, so the bonus token ${quote(emitted.text)} ★ is drawn from the target's p (p = ${sig(emitted.p)}).`
-      : `${checks.length > 1 ? "Every child was" : "The child was"} rejected, so the recovered token ${quote(emitted.text)} ↺ ` +
+      ? `${at} ends its path, so the bonus token ${quote(emittedText(step, emitted))} ★ is drawn from the target's p (p = ${sig(emitted.p)}).`
+      : `${checks.length > 1 ? "Every child was" : "The child was"} rejected, so the recovered token ${quote(emittedText(step, emitted))} ↺ ` +
         `is drawn from what is left of p (target p ${sig(emitted.p)}${left ? `, ${sig(left.p)} in the residual` : ""}). ` +
         "The output stays distributed exactly as the target's.");
   }
@@ -288,7 +290,13 @@ function endsText(at) {
 }
 
 function textOf(step, check) {
-  return check.text ?? step.nodes.get(step.postToId[check.child])?.text ?? "";
+  const node = step.nodes.get(step.postToId[check.child]);
+  return check.text ?? node?.shown ?? node?.text ?? "";
+}
+
+// The emitted token as the tree draws it: decoded with its parents' bytes where it completes a character.
+function emittedText(step, emitted) {
+  return step?.nodes.get("emitted")?.shown ?? emitted.text;
 }
 
 /** One child the walk tried at temperature > 0, opening with `lead` ("At “x”, the" / "Then the"). */
@@ -328,14 +336,15 @@ function commitText(context) {
   const emitted = verify?.emitted;
   const parts = [];
   if (rows === 1) {
-    parts.push(`The cache grows by one row (${rootText(context)}): ${prefix} → ${prefix + 1}.`);
+    const root = rootText(context);
+    parts.push(`The cache grows by one row (${root.startsWith("(") ? root.slice(1, -1) : root}): ${prefix} → ${prefix + 1}.`);
   } else {
     parts.push(`The cache keeps the root and the ${plural(accepted, "accepted position")} and drops ${dropped}: ` +
       `${prefix} + ${rows} rows after verify, ${prefix + kept} after the commit.`);
   }
   if (text && emitted) {
-    const tokens = accepted ? `${accepted} accepted + ${quote(emitted.text)} ${emitted.kind === "bonus" ? "as the bonus ★" : "recovered ↺"}`
-      : quote(emitted.text);
+    const tokens = accepted ? `${accepted} accepted + ${quote(emittedText(context.step, emitted))} ${emitted.kind === "bonus" ? "as the bonus ★" : "recovered ↺"}`
+      : quote(emittedText(context.step, emitted));
     parts.push(`The step emits ${plural(text.tokens.length, "token")}: ${tokens}.`);
   } else if (text && verify) {
     const end = context.step.nodes.get(context.step.postToId[verify.accepted_path[verify.accepted_path.length - 1]]);

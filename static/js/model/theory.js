@@ -5,6 +5,7 @@
 
 import { stepEvent, walkNodes } from "./phases.js";
 import { symbolValue } from "./policies.js";
+import { ownTimesSpeedup } from "./timesplit.js";
 
 // ---------------------------------------------------------------- the verified tree
 
@@ -137,7 +138,9 @@ export function leviathanTau(alpha, gamma) {
  * predictedSpeedup(3, 0.05, 4) -> 2.5
  */
 export function predictedSpeedup(tau, c, delta, verifyCost = 1) {
-  if (tau == null || c == null || delta == null) return null;
+  if (tau == null || delta == null) return null;
+  if (delta === 0) return tau / verifyCost; // nothing drafted: no c needed
+  if (c == null) return null;
   return tau / (verifyCost + c * delta);
 }
 
@@ -177,6 +180,17 @@ export function meanVerifyMs(events) {
 }
 
 /**
+ * c as the engine's run summary computes it (engine/reporting.py), over the steps so far: one draft
+ * forward's mean time over the mean verify per step; null before any draft forward.
+ */
+export function cSoFar(metrics) {
+  const forwards = metrics.reduce((s, m) => s + m.draft_forwards, 0);
+  const verify = metrics.reduce((s, m) => s + m.verify_ms, 0);
+  if (!forwards || !(verify > 0)) return null;
+  return (metrics.reduce((s, m) => s + m.draft_forward_ms, 0) / forwards) / (verify / metrics.length);
+}
+
+/**
  * The formula panel's numbers at a phase: α so far, τ, δ, c, Leviathan's τ for a chain, predicted R
  * (ideal and with the tree's verify cost), the measured speedup where plain decoding's speed is known.
  * `policies`: the served policies (/api/policies), which say which parameter is a chain's γ.
@@ -190,17 +204,19 @@ export function formulaNumbers(events, phase, { arFinished = null, arEvents = nu
   const tau = finished && upTo.includes(finished) ? finished.tau : steps ? metrics.reduce((s, m) => s + m.emitted, 0) / steps : null;
   const delta = finished && upTo.includes(finished) ? finished.delta
     : steps ? metrics.reduce((s, m) => s + m.draft_forwards, 0) / steps : null;
-  const c = finished?.c ?? null;
+  const c = finished && upTo.includes(finished) ? finished.c : cSoFar(metrics);
   const alpha = acceptanceRate(upTo);
   // Leviathan's formula is a chain's: the policy whose parameters include the paper's γ (served).
   const gamma = symbolValue(policies, started.policy, "γ", started.params);
   const step = metrics.find((m) => m.step === phase?.step) ?? null;
-  const treeTokens = step ? step.tree_size + 1 : null;
+  // Before this step's metrics arrive (draft to accept), its tree's size is known once the tree is final.
+  const tree = step ? null : stepEvent(events, phase, "tree");
+  const treeTokens = step ? step.tree_size + 1 : tree ? tree.nodes.length : null;
   const costs = started.costs ?? null;
   const arVerifyMs = arEvents ? meanVerifyMs(arEvents) : null;
-  const cost = treeTokens == null ? null : verifyCost({ costs, treeTokens, stepVerifyMs: step.verify_ms, arVerifyMs });
+  const cost = treeTokens == null ? null : verifyCost({ costs, treeTokens, stepVerifyMs: step?.verify_ms ?? null, arVerifyMs });
   const meanTree = steps ? metrics.reduce((s, m) => s + m.tree_size, 0) / steps : null;
-  const runCost = verifyCost({ costs, treeTokens: (meanTree ?? 0) + 1, stepVerifyMs: meanVerifyMs(upTo), arVerifyMs });
+  const runCost = steps ? verifyCost({ costs, treeTokens: meanTree + 1, stepVerifyMs: meanVerifyMs(upTo), arVerifyMs }) : null;
   return {
     alpha, tau, delta, c, gamma, steps,
     leviathan: leviathanTau(alpha, gamma),
@@ -209,6 +225,8 @@ export function formulaNumbers(events, phase, { arFinished = null, arEvents = nu
     runVerifyCost: runCost,
     stepVerifyCost: cost,
     treeTokens,
+    treeFinal: Boolean(step || tree),
+    own: ownTimesSpeedup(upTo, { arEvents, arFinished, costs }),
     measured: finished && arFinished?.tokens_per_s > 0 ? finished.tokens_per_s / arFinished.tokens_per_s : null,
   };
 }

@@ -13,10 +13,12 @@ import { foldPhase, phaseTitle } from "../model/phases.js";
 import { baselinePolicy, defaultPanes } from "../model/policies.js";
 import { axisTop } from "../model/scale.js";
 import { baselineKey } from "../model/setup.js";
+import { stepTimes } from "../model/timesplit.js";
 import { PhasePlayer, PlayerGroup, sameStepAndPhase } from "../player.js";
 import { silhouetteStrip, stepChart } from "./charts.js";
 import { el, svgEl } from "./dom.js";
 import { describePolicy, fillPolicySelect, readParams, renderParams } from "./forms.js";
+import { timeSplitChart } from "./timesplit.js";
 import { createTooltip, renderTree, resetTree } from "./tree.js";
 
 const MAX_PANES = 4;
@@ -206,6 +208,7 @@ export class CompareView {
     if (this.replayOnly || this.busy) return;
     const setup = this.readSetup();
     const requests = this.panes.map((pane) => ({ ...setup, policy: pane.policy(), params: pane.params() }));
+    revealPanes();
     this.stopped = false;
     this.setRunning(true);
     let cleared = false;
@@ -269,6 +272,7 @@ export class CompareView {
     this.openAtStepOne();
     this.renderTable();
     if (!this.open) this.toggle(true);
+    revealPanes();
     this.setStatus(`recorded comparison of ${finished.map((run) => run.policy).join(", ")}: the same prompt and seed, `
                    + "run one after another. Every pane opens at step 1; arrows step them together.", "done");
   }
@@ -288,7 +292,8 @@ export class CompareView {
     const facts = this.panes.map((pane) => pane.facts());
     const shared = sharedScales(facts);
     const scales = { steps: shared.steps, depth: axisTop(shared.depth), width: axisTop(shared.width),
-                     size: axisTop(shared.size), maxDepth: shared.depth, maxWidth: shared.width };
+                     size: axisTop(shared.size), maxDepth: shared.depth, maxWidth: shared.width,
+                     stepMs: Math.max(1, ...this.panes.flatMap((pane) => stepTimes(pane.player.events).map((t) => t.total))) };
     this.panes.forEach((pane) => pane.draw(scales));
     this.drawPlayer();
     this.onChange();
@@ -320,6 +325,7 @@ export class CompareView {
         [row.label, "label"], [formatNumber(row.tokensPerS, 1)], [formatNumber(row.tau)], [formatNumber(row.delta)],
         [formatNumber(row.c, 3)], [formatNumber(row.meanTreeSize, 1)], [formatNumber(row.acceptance)],
         [row.predictedR == null ? "–" : `${formatNumber(row.predictedR)}×`, "predicted-r"],
+        [row.costAwareR == null ? "–" : `${formatNumber(row.costAwareR)}×`, "cost-aware-r"],
         [row.speedup == null ? "–" : `${formatNumber(row.speedup)}×`, "speedup"],
         [row.equality.text, "equality"],
       ];
@@ -363,7 +369,9 @@ class Pane {
     this.tooltip = createTooltip(tip);
     this.charts = el("div", { class: "pane-charts" });
     this.strip = el("div", { class: "pane-silhouettes" });
-    this.root.append(header, this.description, this.details, this.status, this.position, panel, this.charts, this.strip);
+    this.timeSplit = el("div", { class: "pane-time-split" });
+    this.root.append(header, this.description, this.details, this.status, this.position, panel, this.charts, this.strip,
+                     this.timeSplit);
     this.setPolicy(policy, params);
   }
 
@@ -397,6 +405,7 @@ class Pane {
     this.svg.replaceChildren();
     this.charts.replaceChildren();
     this.strip.replaceChildren();
+    this.timeSplit.replaceChildren();
     this.root.dataset.step = "";
   }
 
@@ -420,8 +429,10 @@ class Pane {
     const { step } = foldPhase(player.events, phase);
     if (phase?.step !== this.shownStep) resetTree(this.svg);
     this.shownStep = phase?.step ?? null;
-    if (step) renderTree(this.svg, layoutTree(step, { maxPruned: 1 }), this.tooltip);
-    else this.svg.replaceChildren();
+    if (step) {
+      renderTree(this.svg, layoutTree(step, { maxPruned: 1 }), this.tooltip);
+      magnifyForProjector(this.svg);
+    } else this.svg.replaceChildren();
     const stepIndex = phase ? phase.stepIndex : -1;
     this.root.dataset.step = phase ? String(stepIndex + 1) : "";
     this.root.dataset.policy = this.policy();
@@ -449,6 +460,8 @@ class Pane {
     const strip = silhouetteStrip(facts.steps, { maxDepth: scales.maxDepth, maxWidth: scales.maxWidth,
                                                  current: stepIndex, onPick: pick });
     this.strip.replaceChildren(el("p", { class: "hint" }, "every step's tree at one scale (darker: accepted depth)"), strip);
+    this.timeSplit.replaceChildren(timeSplitChart(stepTimes(player.events), { current: stepIndex, onPick: pick, steps: scales.steps,
+                                                                              yMax: scales.stepMs, width: Math.max(300, box), height: 140 }));
   }
 
   /** A click on this pane's charts: this pane goes to step i, the others follow as aligned. */
@@ -459,6 +472,21 @@ class Pane {
     group.seekStep(stepIndex, this.player.position() ?? STEP_ONE);
     group.leaderIndex = leader;
   }
+}
+
+/** Where the form comes first (one column, ≤ 1100 px), a comparison brings its player and panes into view. */
+function revealPanes() {
+  const box = $("compare-player").getBoundingClientRect();
+  if (!box.height || (box.top >= 0 && box.top < innerHeight * 0.5)) return;
+  $("compare").scrollIntoView({ block: "start", behavior: matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth" });
+}
+
+// On a projector (presentation mode) a pane's tree is drawn 1.6 times its size: its 15 px labels at 24 px.
+const PROJECTOR_TREE_SCALE = 1.6;
+
+function magnifyForProjector(svg) {
+  if (!document.body.classList.contains("presenting")) return;
+  for (const side of ["width", "height"]) svg.setAttribute(side, String(Number(svg.getAttribute(side)) * PROJECTOR_TREE_SCALE));
 }
 
 function positionText(phase, player, facts) {

@@ -4,6 +4,7 @@ import { outputSegments } from "../model/events.js";
 import { formatNumber, shadeClass } from "../model/format.js";
 import { barChart } from "./charts.js";
 import { el } from "./dom.js";
+import { timeSplitChart } from "./timesplit.js";
 
 /** Generated text, one span per step, shaded by how many drafts that step accepted (`drafts`: the policy drafts). */
 export function renderOutput(box, run, drafts = true) {
@@ -75,4 +76,22 @@ export function renderTimeline(box, run, shownIndex, onPick) {
 function timelineLabel(shownIndex, count) {
   if (!count) return "no steps yet";
   return shownIndex < 0 ? `start · ${count} steps` : `step ${shownIndex + 1} of ${count}`;
+}
+
+/** Each step's draft, verify and other time as a stacked bar, with the run's totals (view/timesplit.js). */
+export function renderTimeSplit(box, times, { current = -1, onPick = null } = {}) {
+  if (!times.length) {
+    box.replaceChildren(el("p", { class: "hint" }, "Each step's draft, verify and other time appears here as the run goes."));
+    return;
+  }
+  const width = Math.max(320, Math.min(1200, box.clientWidth || 640));
+  box.replaceChildren(timeSplitChart(times, { current, onPick, width, height: width < 500 ? 180 : 200 }));
+}
+
+/** What /api/info says the page's numbers rest on: costs assumed, a default policy not measured here. */
+export function renderEngineNotes(box, info) {
+  const notes = [info.costs_note, /not measured/.test(info.default_policy_note ?? "") ? info.default_policy_note : null]
+    .filter(Boolean);
+  box.replaceChildren(...notes.map((note) => el("p", { class: "engine-note" }, note)));
+  box.hidden = !notes.length;
 }

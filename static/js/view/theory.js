@@ -32,17 +32,21 @@ export function prefixColumns(prefixLen) {
  * elided) and per node. Cells carry data-row, data-col (the column in the full [T, P + T] matrix)
  * and data-allowed; the hovered node's row and its ancestors' cells are lit.
  */
-export function renderMask(box, tree, prefixLen, { width = 520, height = 420, hovered = null, onHover = () => {} } = {}) {
+export function renderMask(box, tree, prefixLen, { width = 520, height = 420, hovered = null, onHover = () => {},
+                                                  labelAll = false } = {}) {
   const mask = attentionMask(tree.parent, prefixLen);
   const positions = positionIds(tree.depth, prefixLen);
   const T = tree.parent.length;
   const shownPrefix = prefixColumns(prefixLen);
   const columns = [...shownPrefix.map((j) => (j == null ? null : j)), ...tree.parent.map((_, i) => prefixLen + i)];
-  const labelled = T <= 28;
+  // A projector labels every row and prints every position, and the panel scrolls instead (labelAll).
+  const labelled = labelAll || T <= 28;
   const gutter = labelled ? 120 : 8;
   const right = 80;
+  // Square cells that fit the panel; labelAll keeps rows tall enough for their labels (cells turn into columns).
   const cell = Math.max(3, Math.min(26, Math.floor(Math.min((width - gutter - right) / columns.length, (height - 56) / T))));
-  const svg = svgEl("svg", { class: "mask", role: "img", width: Math.max(gutter + columns.length * cell + right, 420), height: 56 + T * cell,
+  const rowH = labelAll ? Math.max(cell, 16) : cell;
+  const svg = svgEl("svg", { class: "mask", role: "img", width: Math.max(gutter + columns.length * cell + right, 420), height: 56 + T * rowH,
                              "aria-label": `tree-attention mask: ${T} nodes × ${prefixLen} prefix + ${T} tree columns` });
   const prefixWidth = shownPrefix.length * cell;
   const treeWidth = T * cell;
@@ -51,33 +55,33 @@ export function renderMask(box, tree, prefixLen, { width = 520, height = 420, ho
                    `columns: prefix ${prefixLen}${prefixLen > shownPrefix.length ? " (4 shown)" : ""} · tree ${T}`),
              svgEl("rect", { x: gutter, y: 28, width: Math.max(prefixWidth - 2, 1), height: 8, class: "mask-group prefix" }),
              svgEl("rect", { x: gutter + prefixWidth, y: 28, width: treeWidth - 1, height: 8, class: "mask-group tree" }),
-             svgEl("text", { x: gutter + columns.length * cell + 6, y: 16, class: "mask-head" }, "position"));
+             svgEl("text", { x: gutter + columns.length * cell + 6, y: 40, class: "mask-head" }, "position"));
   const lit = hovered == null ? new Set() : new Set(ancestorsOf(tree.parent, hovered));
   const grid = svgEl("g", { transform: `translate(${gutter},48)` });
   for (let i = 0; i < T; i++) {
     const row = svgEl("g", { class: `mask-row${i === hovered ? " hovered" : ""}`, "data-row": String(i) });
     columns.forEach((col, k) => {
       if (col == null) {
-        row.append(svgEl("text", { x: k * cell + cell / 2, y: i * cell + cell / 2, dy: "0.35em", class: "mask-gap" }, "⋯"));
+        row.append(svgEl("text", { x: k * cell + cell / 2, y: i * rowH + rowH / 2, dy: "0.35em", class: "mask-gap" }, "⋯"));
         return;
       }
       const allowed = mask[i][col];
       const isTree = col >= prefixLen;
       const litCell = allowed && i === hovered && (!isTree || lit.has(col - prefixLen));
-      row.append(svgEl("rect", { x: k * cell, y: i * cell, width: cell - (cell > 5 ? 1 : 0), height: cell - (cell > 5 ? 1 : 0),
+      row.append(svgEl("rect", { x: k * cell, y: i * rowH, width: cell - (cell > 5 ? 1 : 0), height: rowH - (rowH > 5 ? 1 : 0),
                                  class: `cell${allowed ? " allowed" : ""}${isTree ? " tree" : ""}${litCell ? " lit" : ""}`,
                                  "data-row": String(i), "data-col": String(col), "data-allowed": String(allowed) }));
     });
     if (labelled) {
-      row.append(svgEl("text", { x: -8, y: i * cell + cell / 2, dy: "0.35em", "text-anchor": "end", class: "mask-label" },
+      row.append(svgEl("text", { x: -8, y: i * rowH + rowH / 2, dy: "0.35em", "text-anchor": "end", class: "mask-label" },
                        `${i === 0 ? "root " : ""}${truncate(tokenLabel(tree.text[i]), 8)}`));
     }
-    if (cell >= 14) {
-      row.append(svgEl("text", { x: columns.length * cell + 6, y: i * cell + cell / 2, dy: "0.35em", class: "mask-pos",
+    if (rowH >= 14) {
+      row.append(svgEl("text", { x: columns.length * cell + 6, y: i * rowH + rowH / 2, dy: "0.35em", class: "mask-pos",
                                  "data-position": String(positions[i]) }, String(positions[i])));
     } else {
       // Too small to print: the depth as a bar, longer for deeper nodes.
-      row.append(svgEl("rect", { x: columns.length * cell + 6, y: i * cell, width: 4 + tree.depth[i] * 6, height: Math.max(1, cell - 1),
+      row.append(svgEl("rect", { x: columns.length * cell + 6, y: i * rowH, width: 4 + tree.depth[i] * 6, height: Math.max(1, rowH - 1),
                                  class: "mask-depth", "data-position": String(positions[i]) }));
     }
     row.addEventListener("pointerenter", () => onHover(i));
@@ -107,7 +111,8 @@ export function renderKv(box, cache, { committed = false, accepted = new Set([0]
   const T = cache.rows.length;
   const prefixW = 110;
   const cell = Math.max(4, Math.min(28, Math.floor((width - prefixW - 24) / Math.max(T, 1))));
-  const svg = svgEl("svg", { class: "kv", role: "img", width: prefixW + T * cell + 20, height: 150,
+  // At least as wide as its longest title ("after commit: N rows (M dropped)"), however few the rows.
+  const svg = svgEl("svg", { class: "kv", role: "img", width: Math.max(prefixW + T * cell + 20, 330), height: 150,
                              "aria-label": `KV cache: ${cache.prefix} prefix rows, ${T} tree rows, ${cache.kept} kept` });
   const strip = (y, title) => {
     svg.append(svgEl("text", { x: 0, y: y - 8, class: "kv-title" }, title));
@@ -150,7 +155,7 @@ export function renderKv(box, cache, { committed = false, accepted = new Set([0]
  * child tried with its rule, min(1, p/q), the uniform draw u and the outcome; on rejection of all,
  * the residual norm(max(0, p − q)) and the token drawn from it.
  */
-export function renderSampling(box, walk, { nodeText, temperature, textOf }) {
+export function renderSampling(box, walk, { nodeText, temperature, textOf, plain = false }) {
   if (!walk) {
     box.replaceChildren(el("p", { class: "panel-note" },
       temperature > 0 ? "Step to an accept phase: this panel shows the target's p and the draft's q at each node the walk visits, the draw u and the outcome."
@@ -166,7 +171,7 @@ export function renderSampling(box, walk, { nodeText, temperature, textOf }) {
   if (walk.residual) parts.push(bars("residual norm(max(0, p − q))", walk.residual.map((t) => ({ ...t, q: null })), { residual: true }));
   if (walk.emitted) {
     const drawn = el("p", { class: `drawn ${walk.emitted.kind}`, "data-testid": "drawn-token", "data-token": String(walk.emitted.token) },
-                     `${walk.emitted.kind === "bonus" ? "★ bonus" : "↺ recovered"}: ${quote(walk.emitted.text)} ` +
+                     `${drawnName(walk.emitted, plain)}: ${quote(walk.emitted.text)} ` +
                      `(target p = ${sig(walk.emitted.p, 3)}${residualP(walk)}) — ` +
                      `${walk.residual ? "drawn from the residual" : temperature > 0 ? "drawn from p" : "the target's argmax"}`);
     parts.push(drawn);
@@ -174,6 +179,12 @@ export function renderSampling(box, walk, { nodeText, temperature, textOf }) {
   if (walk.partial) parts.push(el("p", { class: "panel-note" }, "This trace predates the walk's numbers (schema 1): p and q of the tried children only."));
   box.replaceChildren(...parts);
   box.dataset.node = String(walk.node);
+}
+
+// Plain decoding's token is the target's own choice, not a bonus after an accepted path.
+function drawnName(emitted, plain) {
+  if (plain) return "the target's token";
+  return emitted.kind === "bonus" ? "★ bonus" : "↺ recovered";
 }
 
 function residualP(walk) {
@@ -247,23 +258,54 @@ export function renderFormulas(box, f, { drafts = true } = {}) {
          !drafts ? "plain decoding: always 1" : "a tree offers alternatives at each depth, so τ can beat a chain's (1 − α^(γ+1)) / (1 − α)");
   }
   line("δ, c", "draft forwards per step; draft ÷ verify forward time", `${sig(f.delta, 3)}, ${sig(f.c, 3)}`);
+  const measured = f.measured != null ? ` vs ${sig(f.measured, 3)}× measured` : "";
   line("R", `τ / (1 + c·δ) = ${sig(f.tau, 3)} / (1 + ${sig(f.c, 3)} × ${sig(f.delta, 3)})`,
-       `${sig(f.predicted, 3)}× predicted${f.measured != null ? ` vs ${sig(f.measured, 3)}× measured` : ""}`,
+       f.predicted == null ? "–" : `${sig(f.predicted, 3)}× if verify cost 1${measured}`,
        { "data-predicted": String(f.predicted ?? ""), "data-measured": String(f.measured ?? "") },
-       f.measured == null ? "measured speedup: replay a comparison trace or run ar with the same setup" : "measured: tokens/s over plain decoding's, same setup");
-  if (f.stepVerifyCost) {
-    const source = f.stepVerifyCost.source === "measured" ? "measured: verify time over plain decoding's one-token forward"
-      : `from the engine's ${f.stepVerifyCost.source}`;
-    const run = f.runVerifyCost ? `; the run's trees: ${sig(f.runVerifyCost.ratio, 3)} on average` : "";
+       f.steps ? `τ, δ, c over ${f.steps === 1 ? "the first step" : `the ${f.steps} steps so far`}` +
+         (f.measured == null ? "; measured speedup: replay a comparison trace or run ar with the same setup"
+                             : "; measured: the whole run's tokens/s over plain decoding's, same setup")
+         : "τ, δ and c are known once the first step has been verified");
+  verifyLine(line, f);
+  ownTimesLine(line, f.own, f.measured);
+  box.replaceChildren(...rows);
+}
+
+function verifyLine(line, f) {
+  if (f.stepVerifyCost || f.runVerifyCost) {
+    const cost = f.stepVerifyCost ?? f.runVerifyCost;
+    const source = cost.source === "measured" ? "measured: verify time over plain decoding's one-token forward"
+      : `from the engine's ${cost.source}`;
+    const run = f.runVerifyCost ? `the run's trees so far: ${sig(f.runVerifyCost.ratio, 3)} on average` : "";
     const tokens = f.treeTokens === 1 ? "1 token" : `${f.treeTokens} tokens`;
-    line("verify", `this step's tree (${tokens}) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards${run}`,
-         f.predictedWithCost != null ? `R = τ / (v + c·δ) = ${sig(f.predictedWithCost, 3)}×` : "",
-         { "data-verify-cost": String(f.stepVerifyCost.ratio), "data-verify-source": f.stepVerifyCost.source },
+    const body = f.stepVerifyCost ? `this step's tree (${tokens}) costs ${sig(f.stepVerifyCost.ratio, 3)} one-token forwards${run ? `; ${run}` : ""}`
+      : `${run}; this step's tree is still being drafted`;
+    line("verify", body, f.predictedWithCost != null ? `R = τ / (v + c·δ) = ${sig(f.predictedWithCost, 3)}×` : "",
+         { "data-verify-cost": String(cost.ratio), "data-verify-source": cost.source },
          `${source}. R above assumes v = 1: true where the device has compute to spare (a GPU), not on a laptop CPU, ` +
          "where every extra token in the tree costs time — so a 60-node tree that accepts 3 tokens can lose to plain decoding there.");
+  } else if (!f.treeFinal && !f.steps) {
+    line("verify", "cost of the tree vs a one-token forward", "…", {}, "known once this step's tree is final");
   } else {
     line("verify", "cost of the tree vs a one-token forward", "–", {},
          "needs a cost table in the run, or a plain decoding run of the same setup (a comparison trace has one)");
   }
-  box.replaceChildren(...rows);
 }
+
+/** R from the run's own measured times: its verify per step over plain decoding's one-token forward, its draft forwards. */
+function ownTimesLine(line, own, measured) {
+  if (!own?.steps) return;
+  if (own.R == null) {
+    line("R, timed", "τ / (verify(n)/verify(1) + δ·c₁)", "–", { "data-own-r": "" },
+         "needs verify(1), one target forward of one token: a plain decoding run of the same setup or a measured cost table");
+    return;
+  }
+  const c1 = own.c == null ? "0" : sig(own.c, 3);
+  line("R, timed", `τ / (verify(n)/verify(1) + δ·c₁) = ${sig(own.tau, 3)} / (${sig(own.verifyRatio, 3)} + ${sig(own.delta, 3)} × ${c1})`,
+       `${sig(own.R, 3)}×${measured != null ? ` vs ${sig(measured, 3)}× measured` : ""}`,
+       { "data-own-r": String(own.R), "data-own-verify-ratio": String(own.verifyRatio), "data-testid": "own-times-r" },
+       `this run's own times: verify(n) ${sig(own.verifyMs, 3)} ms per step, verify(1) ${sig(own.oneToken.ms, 3)} ms ` +
+       `(${own.oneToken.source}), one draft forward ${own.draftForwardMs == null ? "–" : `${sig(own.draftForwardMs, 3)} ms`}; ` +
+       "drafting's policy work and the rest of each step are in the time split");
+}
+
