@@ -31,7 +31,7 @@ from engine.events import CostsSummary, RunFinished
 from engine.interface import Emit, EngineInfo
 from engine.models.base import LanguageModel
 from engine.models.codec import Codec
-from engine.models.device import clock
+from engine.models.device import clock, one_torch_thread
 from engine.policies import DEFAULT_POLICY, POLICIES, policy_class, policy_params
 from engine.policies.base import Policy, PolicyContext, PolicyParams, StepOutcome
 from engine.reporting import RunReporter, VerifiedStep
@@ -149,7 +149,7 @@ class SpecEngine:
         (the engine's own bank by default; None: none, and this run is not remembered)."""
         prepared = self.validate(request)
         bank = self.memory if memory == "engine" else memory
-        with self._lock:
+        with self._lock, one_torch_thread(self.forward_name == "native"):  # the kernel keeps its own team
             drafter = self._drafter(prepared.drafter) if prepared.drafter else None
             run_id = uuid.uuid4().hex[:12]
             reporter = RunReporter(emit or (lambda event: None), detail, self.codec, run_id, prepared.policy_class.name)

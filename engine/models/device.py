@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import platform
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -68,6 +70,24 @@ def device_name(device: torch.device) -> str:
     except (OSError, StopIteration):
         pass
     return f"{cpu} {torch.get_num_threads()}t ({device.type})"
+
+
+@contextmanager
+def one_torch_thread(active: bool = True) -> Iterator[None]:
+    """Runs torch's own ops on one thread inside the block (when `active`), then restores the count.
+
+    For a run whose forwards are the native kernel's (its team is fixed, engine/models/native): what is
+    left to torch is small (an argmax, a top-k, a log-sum-exp over one vocabulary row), and an OpenMP
+    region on two cores costs more than such an op, much more when another process holds a core."""
+    if not active:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def synchronize(device: torch.device) -> None:

@@ -77,12 +77,22 @@ def build_plan() -> tuple[str, Path]:
 
 
 @functools.cache
+def team_size() -> int:
+    """Threads every kernel call runs on: torch's intra-op thread count when the kernel was first used.
+
+    Fixed once, so that a caller may run torch's own small ops between kernel calls on one thread
+    (engine/models/device.py, `one_torch_thread`) and the kernel keeps its team: on two cores an OpenMP
+    region per argmax or top-k costs more than the op, and far more when another process holds a core."""
+    return torch.get_num_threads()
+
+
+@functools.cache
 def kernel() -> ctypes.CDLL:
     """The compiled kernel, built on first use and cached on disk."""
     compiler, path = build_plan()
     if not path.exists():
         _build(compiler, path)
-    torch.get_num_threads()  # torch's OpenMP runtime is loaded: the kernel binds to it, not a second one
+    team_size()  # torch's OpenMP runtime is loaded (the kernel binds to it, not a second one); the team is fixed
     try:
         library = ctypes.CDLL(str(path))
     except OSError as error:  # a truncated or foreign file under the cache's name: build it again, once
@@ -266,7 +276,7 @@ class NativeForward:
         scratch = {"normed": new(n, hidden), "qkv": new(n, width), "heads_out": new(n, dims.heads * dims.head_dim),
                    "projected": new(n, hidden), "gate_up": new(n, 2 * inter), "mlp": new(n, inter)}
         call = Forward(ctypes.pointer(dims), n, start, lm.capacity, 0 if mask is None else mask.shape[1],
-                       torch.get_num_threads(),
+                       team_size(),
                        _address(positions), _address(lm.cos), _address(lm.sin_signed), _address(lm.kv),
                        _address(mask), ctypes.addressof(self.layers), _address(lm.norm), _address(lm.lm_head),
                        _address(self.lm_head_pairs), _address(x), *(_address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected",
@@ -308,7 +318,7 @@ class KernelLinear(nn.Module):
             return x.new_empty(*x.shape[:-1], self.out_features)
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.bfloat16)  # [N, R]
         code = self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(),
-                                   self._paired(), self.out_features, out.data_ptr(), torch.get_num_threads())
+                                   self._paired(), self.out_features, out.data_ptr(), team_size())
         if code:
             raise refused(code, "linear")
         return out.view(*x.shape[:-1], self.out_features)
@@ -405,7 +415,7 @@ class NativeHead:
         positions = positions.to(torch.int64).contiguous()
         embeds, state = embeds.to(torch.bfloat16).contiguous(), state.to(torch.bfloat16).contiguous()
         call = HeadStep(ctypes.pointer(self.dims), n, start, capacity, 0 if mask is None else mask.shape[1],
-                        torch.get_num_threads(), first_logit, int(self.head.norm_before_residual),
+                        team_size(), first_logit, int(self.head.norm_before_residual),
                         _address(positions), _address(cos), _address(sin_signed), _address(kv), _address(mask),
                         ctypes.addressof(self.layer), _address(self.norms[1]), _address(self.norms[3]),
                         _address(self.weights["lm_head"]),
