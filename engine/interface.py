@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from engine.events import RunFinished
 from engine.request import GenerationRequest
+from engine.whatif import WhatIfRequest
 
 Emit = Callable[[Any], None]
 
@@ -42,3 +43,7 @@ class Engine(Protocol):
     def run(self, request: GenerationRequest, emit: Emit | None = None,
             cancelled: Callable[[], bool] | None = None, detail: bool = True) -> RunFinished:
         """Generates for one request, reporting through `emit`; stops within a step once `cancelled()`."""
+
+    def what_if(self, request: WhatIfRequest, emit: Emit | None = None,
+                cancelled: Callable[[], bool] | None = None) -> RunFinished:
+        """Re-runs one step of a run from its prefix under the request's policy and parameters (engine/whatif.py)."""
