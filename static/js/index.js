@@ -18,6 +18,7 @@ import { Presentation } from "./view/presentation.js";
 import { renderMetrics, renderOutput, renderTimeline } from "./view/run.js";
 import { renderFormulas, renderKv, renderMask, renderSampling, scaleDrawings } from "./view/theory.js";
 import { TreeView, createTooltip } from "./view/tree.js";
+import { WhatIfPanel } from "./view/whatif.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -108,6 +109,7 @@ function draw() {
   renderOutput($("output"), state.run);
   $("output").dataset.finished = String(Boolean(state.run.finished));
   renderMetrics($("metrics"), runSummary(state.run), speedupOf(state.run), (i) => player.seekStep(i));
+  page.whatIf?.draw();
   saveView();
 }
 
@@ -566,6 +568,8 @@ async function start() {
                                    baselines: page.baselines, setRunning, replayOnly: Boolean(info.replay_only),
                                    onChange: () => saveView() });
   $("compare-toggle").addEventListener("click", () => page.compare.toggle());
+  page.whatIf = new WhatIfPanel({ schemas: page.schemas, info, url: page.connection.url,
+                                  events: () => page.player.events, shownStep: () => page.player.phase?.step ?? null });
   $("compare-share").addEventListener("click", async () => {
     const link = await shareLink();
     history.replaceState(null, "", link);

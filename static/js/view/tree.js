@@ -137,7 +137,7 @@ function chipLabel(layer) {
   return textWidth(long) <= room ? long : `+${layer.hidden} ▸`;
 }
 
-function reasonList(reasons) {
+export function reasonList(reasons) {
   return Object.entries(reasons).map(([why, n]) => `${n} ${REASON_WORDS[why] ?? why}`).join(", ");
 }
 
