@@ -142,7 +142,8 @@ export class WhatIfPanel {
     const summaries = { original: original && stepSummary(original), whatIf: whatIf && stepSummary(whatIf) };
     for (const side of ["original", "whatIf"]) {
       const step = side === "original" ? original : whatIf;
-      if (step) renderTree(this.trees[side], layoutTree(step, { maxPruned: 1 }), this.tooltips[side]);
+      const idPrefix = `what-if-${side}-`; // node ids unique on the page, beside the main tree's
+      if (step) renderTree(this.trees[side], layoutTree(step, { maxPruned: 1 }), this.tooltips[side], { idPrefix });
       else this.trees[side].replaceChildren();
       $(side === "original" ? "what-if-original-why" : "what-if-why").textContent = whyText(summaries[side]);
     }
