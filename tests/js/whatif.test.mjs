@@ -23,6 +23,13 @@ test("a what-if message carries the run's prompt, sampling and length with the p
   });
 });
 
+test("a drafter this server did not load is left to its default, and the control says so", () => {
+  assert.equal("drafter" in whatIfMessage(talonRun, 2, { policy: "talon" }, ["draft-lm"]), false);
+  assert.equal(whatIfMessage(talonRun, 2, { policy: "talon" }, ["head"]).drafter, "head");
+  const { note } = whatIfAvailability({ ...SERVER, drafters: ["draft-lm"], default_drafter: "draft-lm" }, talonRun, 2);
+  assert.match(note, /no head drafter: its default, draft-lm, drafts instead/);
+});
+
 test("a run with no drafter (ar) names none, so another policy gets the server's default drafter", () => {
   const ar = [{ ...talonRun[0], policy: "ar", drafter: "none" }];
   assert.equal("drafter" in whatIfMessage(ar, 1, { policy: "talon" }), false);
@@ -44,6 +51,7 @@ test("the control waits for a run and its first step, and refuses another target
   assert.equal(available.ok, true);
   assert.match(available.note, /Greedy/);
   assert.match(whatIfAvailability({ ...SERVER, target: sampledRun[0].target }, sampledRun, 1).note, /draws afresh/);
+  assert.match(whatIfAvailability({ ...SERVER, dtype: "bfloat16" }, talonRun, 1).note, /in float32, this server runs bfloat16/);
 });
 
 test("a step's summary counts what was kept, pruned and why, the verdicts and τ", () => {

@@ -15,16 +15,17 @@ export function prefixBefore(events, step) {
 
 /**
  * The `what_if` message for `step` of the run in `events`: the run's own prompt, sampling, seed and length,
- * with the policy and parameters to try. A drafter is named only where the run had one.
+ * with the policy and parameters to try. The run's drafter is named where it had one that this server loaded
+ * (`drafters`, from /api/info; null: any); otherwise the server's default drafts (whatIfAvailability says so).
  */
-export function whatIfMessage(events, step, { policy, params = {} }) {
+export function whatIfMessage(events, step, { policy, params = {} }, drafters = null) {
   const started = events.find((e) => e.type === "run_started");
   const message = {
     type: "what_if", step, prefix: prefixBefore(events, step), prompt: started.prompt, policy, params,
     temperature: started.temperature, top_k: started.top_k, top_p: started.top_p, seed: started.seed,
     max_new_tokens: started.max_new_tokens,
   };
-  if (started.drafter && started.drafter !== "none") message.drafter = started.drafter;
+  if (hasDrafter(started) && (drafters == null || drafters.includes(started.drafter))) message.drafter = started.drafter;
   return message;
 }
 
@@ -46,10 +47,20 @@ export function whatIfAvailability(info, events, step) {
     return { ok: false, reason: `This run's target was ${started.target}; this server runs ${info.target}, ` +
                                 "whose step from the same prefix would be another model's." };
   }
-  const note = started.temperature > 0
+  const notes = [started.temperature > 0
     ? "The run samples (T > 0): the what-if draws afresh, so even the run's own policy may draft and accept otherwise."
-    : "Greedy: with the run's own policy and parameters, the step comes out as it did in the run.";
-  return { ok: true, reason: "", note };
+    : "Greedy: with the run's own policy and parameters, the step comes out as it did in the run."];
+  if (info?.dtype && started.dtype && started.dtype !== info.dtype) {
+    notes.push(`The run was in ${started.dtype}, this server runs ${info.dtype}: near-ties may fall the other way.`);
+  }
+  if (hasDrafter(started) && info?.drafters && !info.drafters.includes(started.drafter)) {
+    notes.push(`This server has no ${started.drafter} drafter: its default, ${info.default_drafter}, drafts instead.`);
+  }
+  return { ok: true, reason: "", note: notes.join(" ") };
+}
+
+function hasDrafter(started) {
+  return Boolean(started.drafter) && started.drafter !== "none";
 }
 
 /** The step numbered `step` of a run folded from `events` (model/events.js), or null. */

@@ -103,7 +103,8 @@ export class WhatIfPanel {
     const step = this.shownStep();
     const availability = whatIfAvailability(this.info, events, step);
     if (!availability.ok || this.running) return;
-    const message = whatIfMessage(events, step, { policy: this.select.value, params: readParams(this.fieldset) });
+    const choice = { policy: this.select.value, params: readParams(this.fieldset) };
+    const message = whatIfMessage(events, step, choice, this.info?.drafters ?? null);
     markInvalid(this.root, null);
     this.result = { step, source: events, events: [] };
     resetTree(this.trees.whatIf);
