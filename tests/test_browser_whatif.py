@@ -135,6 +135,8 @@ def test_on_a_replay_only_server_the_what_if_control_says_it_needs_the_model(bro
             checked_page(browser, {"width": 1024, "height": 768}) as page:
         page.goto(f"{url}/?trace=lesson-1-deep-narrow")
         page.wait_for_function("() => document.querySelectorAll('.timeline-cell').length > 2")
-        button = page.locator("[data-testid=what-if-open]")
-        assert button.is_disabled()
-        assert "needs the model" in button.get_attribute("title")
+        assert "needs the model" in page.get_attribute("[data-testid=what-if-open]", "title")
+        page.click("[data-testid=what-if-open]")
+        assert page.is_disabled("[data-testid=what-if-apply]")
+        assert "What-if needs the model" in page.inner_text("[data-testid=what-if]")
+        page.screenshot(path=str(ARTIFACTS / "browser-what-if-replay-only.png"))

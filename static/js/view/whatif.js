@@ -85,7 +85,7 @@ export class WhatIfPanel {
   draw() {
     const step = this.shownStep();
     const availability = whatIfAvailability(this.info, this.events(), step);
-    this.button.disabled = !availability.ok && !this.open;
+    // Always there to open: where a step cannot be re-run (no model, no run yet), the panel says why.
     this.button.title = availability.ok
       ? "what if: re-run the step on screen under another policy or parameters, beside the original"
       : availability.reason;
@@ -95,6 +95,7 @@ export class WhatIfPanel {
     this.apply.disabled = this.running || !availability.ok;
     this.apply.textContent = step == null ? "Re-run the step" : `Re-run step ${step}`;
     $("what-if-availability").textContent = availability.ok ? availability.note : availability.reason;
+    $("what-if-availability").classList.toggle("blocked", !availability.ok);
     this.drawResult();
   }
 
