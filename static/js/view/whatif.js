@@ -62,11 +62,16 @@ export class WhatIfPanel {
     }
   }
 
-  /** The form starts at the run's own policy and parameters (run_started has them with defaults filled in). */
+  /** The form starts at the run's own policy and parameters (run_started has them with defaults filled in);
+   * another run on screen clears the last what-if, which was of the run before. */
   fillFromRun() {
     const started = this.events().find((e) => e.type === "run_started");
     if (!started || this.filledFor === started.run_id || !(started.policy in this.schemas)) return;
     this.filledFor = started.run_id;
+    if (!this.running) {
+      this.result = null;
+      this.setStatus("");
+    }
     fillPolicySelect(this.select, this.schemas, started.policy);
     this.fillParams(started.policy, started.params ?? {});
   }
