@@ -38,7 +38,9 @@ export function whatIfAvailability(info, events, step) {
     return { ok: false, reason: "What-if needs the model: this server replays recorded traces only (no model loaded)." };
   }
   const started = events.find((e) => e.type === "run_started");
-  if (!started) return { ok: false, reason: "Run a prompt (or replay a recorded run) first: what-if re-runs one of its steps." };
+  if (!started) {
+    return { ok: false, reason: "Run a prompt (or replay a recorded run) first: what-if re-runs one of its steps." };
+  }
   if (started.what_if_step != null) return { ok: false, reason: "This is a what-if already." };
   if (step == null || !events.some((e) => e.type === "draft_layer" || e.type === "tree" || e.type === "step_metrics")) {
     return { ok: false, reason: "Wait for the run's first step: what-if re-runs the step on screen." };

@@ -145,7 +145,8 @@ export class WhatIfPanel {
     const started = result.source.find((e) => e.type === "run_started");
     const whatIfStarted = result.events.find((e) => e.type === "run_started");
     $("what-if-original-title").textContent = `the run · step ${result.step} · ${started?.policy ?? ""}`;
-    $("what-if-title").textContent = `what if · step ${result.step} · ${whatIfStarted ? whatIfTitle(started, whatIfStarted) : "…"}`;
+    const changed = whatIfStarted ? whatIfTitle(started, whatIfStarted) : "…";
+    $("what-if-title").textContent = `what if · step ${result.step} · ${changed}`;
     const summaries = { original: original && stepSummary(original), whatIf: whatIf && stepSummary(whatIf) };
     for (const side of ["original", "whatIf"]) {
       const step = side === "original" ? original : whatIf;
@@ -168,7 +169,8 @@ function whyText(summary) {
 function drawTable(table, rows) {
   const body = table.tBodies[0];
   body.replaceChildren(...rows.map(([label, original, whatIf, key]) => {
-    const row = el("tr", { "data-key": key, class: original != null && whatIf != null && original !== whatIf ? "differs" : "" });
+    const differs = original != null && whatIf != null && original !== whatIf;
+    const row = el("tr", { "data-key": key, class: differs ? "differs" : "" });
     row.append(el("th", { scope: "row" }, label), cell(original, "original"), cell(whatIf, "what-if"));
     return row;
   }));
