@@ -1,6 +1,7 @@
 """The WebSocket protocol, typed both ways (docs/websocket.md describes it for humans).
 
-Client -> server: a `run` message (a GenerationRequest plus `type`) or a `cancel`.
+Client -> server: a `run` message (a GenerationRequest plus `type`), a `what_if` (one step of a run
+re-run under another policy or parameters: engine/whatif.py's WhatIfRequest plus `type`) or a `cancel`.
 Server -> client: the engine's events for the run, in order, plus `queued`
 while the run waits for the model and `detail_dropped` when a client that fell
 behind stops getting per-candidate events. Every problem with a client message
@@ -19,6 +20,7 @@ from engine.errors import RequestError, from_validation
 from engine.events import RunError
 from engine.policies import POLICIES, policy_params
 from engine.request import GenerationRequest
+from engine.whatif import WhatIfRequest
 
 
 class RunMessage(GenerationRequest):
@@ -28,12 +30,19 @@ class RunMessage(GenerationRequest):
         return GenerationRequest(**self.model_dump(exclude={"type"}))
 
 
+class WhatIfMessage(WhatIfRequest):
+    type: Literal["what_if"]
+
+    def to_request(self) -> WhatIfRequest:
+        return WhatIfRequest(**self.model_dump(exclude={"type"}))
+
+
 class CancelMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["cancel"]
 
 
-ClientMessage = Annotated[Union[RunMessage, CancelMessage], Field(discriminator="type")]
+ClientMessage = Annotated[Union[RunMessage, WhatIfMessage, CancelMessage], Field(discriminator="type")]
 CLIENT_ADAPTER: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 
 
@@ -54,7 +63,7 @@ class DetailDropped(BaseModel):
     message: str
 
 
-def parse_client_message(text: str) -> RunMessage | CancelMessage:
+def parse_client_message(text: str) -> RunMessage | WhatIfMessage | CancelMessage:
     """A client message, or a RequestError naming the first field that is wrong."""
     try:
         return CLIENT_ADAPTER.validate_json(text)
@@ -67,7 +76,7 @@ def _as_request_error(err: ValidationError, text: str) -> RequestError:
     if first["type"] in ("json_invalid", "string_unicode"):
         return _json_problem(first["msg"], text)
     if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        return RequestError("`type` must be \"run\" or \"cancel\"", field="type")
+        return RequestError("`type` must be \"run\", \"what_if\" or \"cancel\"", field="type")
     if not first["loc"]:
         return RequestError("a message must be a JSON object", field=None)
     # A discriminated union puts the message type first in the location; the field follows it.

@@ -33,6 +33,7 @@ from app.protocol import DetailDropped
 from engine.events import RunError, RunFinished
 from engine.interface import Engine
 from engine.request import GenerationRequest
+from engine.whatif import WhatIfRequest
 
 log = logging.getLogger("specscope.app")
 
@@ -200,6 +201,8 @@ async def relay_run(engine: Engine, executor: Executor, request: GenerationReque
         outbox.put(event)
 
     def work() -> RunFinished:
+        if isinstance(request, WhatIfRequest):  # one step of a run, re-run: a run of its own in the line
+            return engine.what_if(request, emit, control.cancelled)
         return engine.run(request, emit, control.cancelled, memory=memory)
 
     control.start_clock()

@@ -17,8 +17,8 @@ from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
 from app.line import LineFull
-from app.protocol import (CancelMessage, Queued, RunMessage, check_params_strictly, error_event, parse_client_message,
-                          policy_named_in)
+from app.protocol import (CancelMessage, Queued, RunMessage, WhatIfMessage, check_params_strictly, error_event,
+                          parse_client_message, policy_named_in)
 from app.relay import TERMINAL_EVENTS, BacklogLimits, Outbox, RunControl, relay_run
 from app.settings import ServerSettings
 from engine.errors import RequestError, SpecscopeError
@@ -165,7 +165,7 @@ class ClientSession:
             return
         if isinstance(message, CancelMessage):
             await self._stop_active(notify=True)
-        elif isinstance(message, RunMessage):
+        elif isinstance(message, (RunMessage, WhatIfMessage)):
             await self._start(message.to_request())
 
     async def _start(self, request: GenerationRequest) -> None:

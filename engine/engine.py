@@ -39,6 +39,7 @@ from engine.request import GenerationRequest
 from engine.sampling import probs_from_logits
 from engine.timing import Timings
 from engine.tree import DraftTree, position_ids, tree_attention_allowed
+from engine.whatif import WhatIfRequest, check_prefix
 
 
 @dataclass
@@ -138,6 +139,8 @@ class SpecEngine:
         if len(prompt_ids) + request.max_new_tokens > limit:
             raise RequestError(f"max_new_tokens {request.max_new_tokens} would exceed the model's context of "
                                f"{limit} tokens (the prompt takes {len(prompt_ids)})", field="max_new_tokens")
+        if isinstance(request, WhatIfRequest):
+            check_prefix(request.prefix, self.codec.vocab_size)
         return Prepared(request, cls, params, self.context, drafter if cls.drafts else None, prompt_ids)
 
     def run(self, request: GenerationRequest, emit: Emit | None = None,
@@ -165,6 +168,19 @@ class SpecEngine:
             bank.remember(key, prepared.prompt_ids, run.generated)
             return finished
 
+    def what_if(self, request: WhatIfRequest, emit: Emit | None = None,
+                cancelled: Callable[[], bool] | None = None) -> RunFinished:
+        """Re-runs one step of a run, from the tokens it had emitted before, under the request's policy and
+        parameters (engine/whatif.py): a run of its own that holds the model for one step; the original run
+        is not touched. Drafter state learned during the run, an adaptive policy's state and, when sampling,
+        the draws start fresh."""
+        prepared = self.validate(request)
+        with self._lock, one_torch_thread(self.forward_name == "native"):
+            drafter = self._drafter(prepared.drafter) if prepared.drafter else None
+            run_id = uuid.uuid4().hex[:12]
+            reporter = RunReporter(emit or (lambda event: None), True, self.codec, run_id, prepared.policy_class.name)
+            return _Run(self, prepared, drafter, reporter, cancelled or (lambda: False), what_if=request).execute()
+
     def costs_summary(self, context: int) -> CostsSummary:
         """The cost table as read at `context`, for the run's opening event."""
         table = self.costs
@@ -190,7 +206,7 @@ class _Run:
     """One request's generation: the state that lives from prefill to the last step."""
 
     def __init__(self, engine: SpecEngine, prepared: Prepared, drafter: Drafter | None, reporter: RunReporter,
-                 cancelled: Callable[[], bool]):
+                 cancelled: Callable[[], bool], what_if: WhatIfRequest | None = None):
         self.engine = engine
         self.target = engine.target
         self.request = prepared.request
@@ -200,8 +216,12 @@ class _Run:
         self.reporter = reporter
         self.cancelled = cancelled
         self.generator = torch.Generator().manual_seed(self.request.seed)
-        self.generated: list[int] = []
-        self.steps = 0
+        # A what-if starts mid-output: after the prefix its run had emitted, at the step it re-runs.
+        self.what_if = what_if
+        self.generated: list[int] = list(what_if.prefix) if what_if else []
+        self.steps = what_if.step - 1 if what_if else 0
+        self.prefix_len = len(self.generated)
+        reporter.resume_after(self.generated)
 
     def execute(self) -> RunFinished:
         began = clock(self.target.device)
@@ -212,24 +232,28 @@ class _Run:
             if self.cancelled():
                 stop = "cancelled"
                 break
+            if self.what_if and self.steps == self.what_if.step:
+                stop = "what_if"  # its one step is done
+                break
             root, stop = self._step(root)
-        return self.reporter.finished(stop, clock(self.target.device) - began, self.generated)
+        return self.reporter.finished(stop, clock(self.target.device) - began, self.generated[self.prefix_len:])
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
         return self.drafter.feature_layers if self.drafter else ()
 
     def _prefill(self) -> int:
-        """Runs the prompt but its last token, which becomes the first root."""
+        """Runs the context (the prompt, and a what-if's prefix) but its last token, which becomes the first root."""
         self.target.reset()
         self.policy.start_run()
+        context = self.prompt_ids + self.generated
         features = None
-        if len(self.prompt_ids) > 1:
-            out = self.target.forward_chain(self.prompt_ids[:-1], hidden_layers=self.feature_layers)
-            features = torch.cat(out.hidden, dim=-1) if out.hidden else None  # [P-1, F]
+        if len(context) > 1:
+            out = self.target.forward_chain(context[:-1], hidden_layers=self.feature_layers)
+            features = torch.cat(out.hidden, dim=-1) if out.hidden else None  # [C-1, F]
         if self.drafter:
-            self.drafter.start(list(self.prompt_ids), features)
-        return self.prompt_ids[-1]
+            self.drafter.start(list(context), features)
+        return context[-1]
 
     def _step(self, root: int) -> tuple[int, str | None]:
         """Draft → verify → accept → commit; returns the next root and why generation stops, if it does."""
@@ -322,4 +346,5 @@ class _Run:
             drafter=self.drafter.name if self.drafter else "none", target=info.target,
             draft=self.drafter.model_name if self.drafter else None, device=info.device, dtype=info.dtype,
             seed=request.seed, temperature=request.temperature, top_k=request.top_k, top_p=request.top_p,
-            max_new_tokens=request.max_new_tokens, costs=self.engine.costs_summary(len(self.prompt_ids)))
+            max_new_tokens=request.max_new_tokens, costs=self.engine.costs_summary(len(self.prompt_ids)),
+            what_if_step=self.what_if.step if self.what_if else None)

@@ -28,6 +28,10 @@ follows; earlier traces read unchanged. Version 3 traces may also carry `byte_he
 on candidates, tree nodes and emitted tokens: a token's raw bytes where its text
 alone is not whole UTF-8 (part of an emoji or accented letter), so a reader can
 decode it with the tokens around it; absent, as in earlier traces, it is None.
+Version 4 adds the what-if (engine/whatif.py): one step of a run re-run under
+another policy or parameters, a run of its own whose `run_started` carries
+`what_if_step` and whose `run_finished` may stop with "what_if"; earlier traces
+read unchanged.
 """
 
 from __future__ import annotations
@@ -40,14 +44,14 @@ from engine.acceptance import Check
 from engine.policies.base import Adjustment
 from engine.timing import Timings
 
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 Reason = Literal["topk", "threshold", "below_threshold", "budget", "depth_limit", "rerank", "cost",
                  "match"]  # match: a model-free match followed past the policy's draft budget (chain past γ)
 Verdict = Literal["accepted", "rejected", "unreached"]
 EmittedKind = Literal["recovered", "bonus"]
-StopReason = Literal["eos", "max_new_tokens", "cancelled"]
+StopReason = Literal["eos", "max_new_tokens", "cancelled", "what_if"]  # what_if: its one step is done
 
 
 class _Event(BaseModel):
@@ -82,6 +86,7 @@ class RunStarted(_Event):
     top_p: float
     max_new_tokens: int
     costs: CostsSummary | None = None
+    what_if_step: int | None = None  # a what-if (version 4): the one step this run re-drafts from its run's prefix
 
 
 class _TokenBytes(BaseModel):

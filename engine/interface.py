@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from engine.events import RunFinished
 from engine.request import GenerationRequest
+from engine.whatif import WhatIfRequest
 
 Emit = Callable[[Any], None]
 
@@ -49,3 +50,7 @@ class Engine(Protocol):
         """Generates for one request, reporting through `emit`; stops within a step once `cancelled()`.
         `memory`: the suffix memory (engine/drafters/memory.py's MemoryBank) this run drafts from and joins;
         None for none; by default the engine's own."""
+
+    def what_if(self, request: WhatIfRequest, emit: Emit | None = None,
+                cancelled: Callable[[], bool] | None = None) -> RunFinished:
+        """Re-runs one step of a run from its prefix under the request's policy and parameters (engine/whatif.py)."""

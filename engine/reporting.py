@@ -68,6 +68,10 @@ class RunReporter:
         self.draft_forwards = 0
         self._text = ""  # decoded so far; each text event carries what it added
 
+    def resume_after(self, generated: list[int]) -> None:
+        """A run that starts mid-output (a what-if) reports only the text its own steps add."""
+        self._text = self.codec.decode(generated).rstrip("\ufffd")
+
     def started(self, **fields: Any) -> None:
         self.emit(RunStarted(**self.header, **fields))
 

@@ -169,8 +169,9 @@ def test_binary_frame_gets_an_error_and_the_connection_stays_up(client):
         assert receive_run(ws)[-1]["type"] == "run_finished"
 
 
-def test_second_run_on_a_busy_connection_is_refused_and_the_first_finishes(client):
-    with client.websocket_connect("/ws") as ws:
+def test_second_run_on_a_busy_connection_is_refused_and_the_first_finishes(slow_client):
+    # Slow steps: the first run is surely still going when the second arrives, however busy the machine.
+    with slow_client.websocket_connect("/ws") as ws:
         ws.send_json(run_message(max_new_tokens=3))
         assert ws.receive_json()["type"] == "run_started"
         ws.send_json(run_message(max_new_tokens=3))

@@ -30,11 +30,16 @@ export class Connection {
 
   /** Sends a run request; `onEvent` sees every event of the run, in order. */
   async run(request, onEvent) {
+    return this.start({ type: "run", ...request }, onEvent);
+  }
+
+  /** Sends a message that starts a run (`run`, `what_if`: docs/websocket.md); resolved by its run_finished. */
+  async start(message, onEvent) {
     if (this.active) throw new Error("a run is already in progress");
     await this.open();
     return new Promise((resolve, reject) => {
       this.active = { onEvent, resolve, reject };
-      this.socket.send(JSON.stringify({ type: "run", ...request }));
+      this.socket.send(JSON.stringify(message));
     });
   }
 

@@ -20,6 +20,7 @@ import { Presentation } from "./view/presentation.js";
 import { renderEngineNotes, renderMetrics, renderOutput, renderTimeSplit, renderTimeline } from "./view/run.js";
 import { renderFormulas, renderKv, renderMask, renderSampling, scaleDrawings } from "./view/theory.js";
 import { TreeView, createTooltip } from "./view/tree.js";
+import { WhatIfPanel } from "./view/whatif.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -115,6 +116,7 @@ function draw() {
   $("output").dataset.finished = String(Boolean(state.run.finished));
   renderMetrics($("metrics"), runSummary(state.run), speedupOf(state.run), (i) => player.seekStep(i));
   renderTimeSplit($("time-split-box"), stepTimes(events), { current: phase?.stepIndex ?? -1, onPick: (i) => player.seekStep(i) });
+  page.whatIf?.draw();
   saveView();
 }
 
@@ -599,6 +601,8 @@ async function start() {
                                    baselines: page.baselines, setRunning, replayOnly: Boolean(info.replay_only),
                                    onChange: () => saveView() });
   $("compare-toggle").addEventListener("click", () => page.compare.toggle());
+  page.whatIf = new WhatIfPanel({ schemas: page.schemas, info, url: page.connection.url,
+                                  events: () => page.player.events, shownStep: () => page.player.phase?.step ?? null });
   $("compare-share").addEventListener("click", async () => {
     const link = await shareLink();
     history.replaceState(null, "", link);

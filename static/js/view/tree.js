@@ -15,8 +15,9 @@ const REASON_WORDS = { below_threshold: "below the bar", budget: "past the budge
 
 // ---------------------------------------------------------------- drawing
 
-/** Draws `layout` into `group`, reusing the elements of nodes drawn before so moves glide. */
-function drawInto(group, layout, { onChip, onLayer } = {}) {
+/** Draws `layout` into `group`, reusing the elements of nodes drawn before so moves glide; node ids begin with
+ * `idPrefix` (one per tree on the page, so that ids stay unique). */
+function drawInto(group, layout, { onChip, onLayer, idPrefix = "tree-node-" } = {}) {
   const previous = group.__nodes ?? new Map();
   const fresh = new Map();
   const headers = svgEl("g", { class: "layer-headers" });
@@ -34,7 +35,7 @@ function drawInto(group, layout, { onChip, onLayer } = {}) {
   for (const node of layout.nodes) {
     const element = previous.get(node.id) ?? svgEl("g", { class: "node entering" });
     if (previous.has(node.id)) element.classList.remove("entering");
-    updateNode(element, node);
+    updateNode(element, node, idPrefix);
     fresh.set(node.id, element);
     nodes.append(element);
   }
@@ -45,11 +46,11 @@ function drawInto(group, layout, { onChip, onLayer } = {}) {
   return fresh;
 }
 
-function updateNode(element, node) {
+function updateNode(element, node, idPrefix) {
   const isRoot = node.status === "root";
   element.setAttribute("class", `node ${node.status}${element.classList.contains("entering") ? " entering" : ""}`);
   element.style.transform = `translate(${node.x}px, ${node.y}px)`; // CSSOM: the CSP refuses style attributes
-  element.id = `tree-node-${node.id}`;
+  element.id = `${idPrefix}${node.id}`;
   element.setAttribute("role", "treeitem");
   element.setAttribute("aria-label", ariaLabel(node));
   element.setAttribute("data-node", node.id);
@@ -137,7 +138,7 @@ function chipLabel(layer) {
   return textWidth(long) <= room ? long : `+${layer.hidden} ▸`;
 }
 
-function reasonList(reasons) {
+export function reasonList(reasons) {
   return Object.entries(reasons).map(([why, n]) => `${n} ${REASON_WORDS[why] ?? why}`).join(", ");
 }
 
@@ -151,8 +152,8 @@ function chipGroup(chip, onChip) {
   return group;
 }
 
-/** Draws a tree at its natural size into `svg` (compare panes); `tooltip` explains a node on hover. */
-export function renderTree(svg, layout, tooltip) {
+/** Draws a tree at its natural size into `svg` (compare panes, what-if); `tooltip` explains a node on hover. */
+export function renderTree(svg, layout, tooltip, { idPrefix } = {}) {
   svg.setAttribute("width", layout.width);
   svg.setAttribute("height", layout.height);
   svg.setAttribute("viewBox", `0 0 ${layout.width} ${layout.height}`);
@@ -161,7 +162,7 @@ export function renderTree(svg, layout, tooltip) {
     group = svgEl("g", { class: "scene" });
     svg.replaceChildren(group);
   }
-  const drawn = drawInto(group, layout);
+  const drawn = drawInto(group, layout, { idPrefix });
   if (tooltip) for (const [, element] of drawn) tooltip.attach(element, element.__node);
 }
 
