@@ -508,15 +508,23 @@ def test_no_horizontal_overflow_and_no_overlapping_controls(browser, replay_url,
         page.close()
 
 
+def pane_boxes(page) -> list[dict]:
+    """The first two panes' boxes, read in one moment: the page may still be scrolling them into view."""
+    return page.evaluate("""() => [...document.querySelectorAll('[data-testid=compare-pane]')].slice(0, 2).map((pane) => {
+      const r = pane.getBoundingClientRect();
+      return { x: r.x, y: r.y, width: r.width, height: r.height };
+    })""")
+
+
 def test_panes_sit_side_by_side_from_1024_px_and_stack_under_a_sticky_player_on_a_phone(browser, replay_url):
     wide = browser.new_page(viewport={"width": 1024, "height": 768})
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     try:
         for page in (wide, phone):
             open_compare(page, replay_url)
-        first, second = (wide.locator("[data-testid=compare-pane]").nth(i).bounding_box() for i in range(2))
+        first, second = pane_boxes(wide)
         assert abs(first["y"] - second["y"]) < 2 and second["x"] > first["x"] + first["width"] - 1
-        first, second = (phone.locator("[data-testid=compare-pane]").nth(i).bounding_box() for i in range(2))
+        first, second = pane_boxes(phone)
         assert second["y"] >= first["y"] + first["height"]
         phone.locator("[data-testid=compare-pane]").nth(1).scroll_into_view_if_needed()
         phone.evaluate("window.scrollBy(0, 200)")
