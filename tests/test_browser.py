@@ -119,6 +119,11 @@ def test_compare_mode_runs_talon_and_eagle_after_ar_and_outputs_are_identical(pa
         assert row[-1] == "identical" or re.fullmatch(
             r"same up to a (bf16|fp16|fp32) near-tie at token \d+ \(top-2 gap \d\.\d{3}\)", row[-1]), row
     assert page.locator("[data-testid=pane-tree] [data-status]").count() > 0
+    # The live panes' per-depth acceptance and tokens per step, the baseline left out (it drafts nothing).
+    drawn = {node.get_attribute("data-policy")
+             for node in page.locator("#compare-shapes svg[data-testid=accept-length-histogram] rect[data-policy]").all()}
+    assert drawn == {"talon", "eagle"}
+    assert page.locator("#compare-shapes svg[data-testid=acceptance-by-depth] circle[data-policy=talon]").count() > 0
 
 
 def test_replay_of_a_shipped_trace_steps_with_the_keyboard(page, server_url):

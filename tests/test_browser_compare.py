@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from urllib.parse import urlsplit
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from browser_harness import ARTIFACTS, ROOT, checked_page, served
 import shipped_traces
 from engine.request import GenerationRequest
+from tools.report import accept_lengths, acceptance_by_depth
 
 pytestmark = pytest.mark.slow
 
@@ -123,6 +125,34 @@ def test_depth_charts_of_every_pane_share_one_labelled_y_scale(page, replay_url)
         assert len({page.locator(f"[data-testid={kind}]").nth(i).get_attribute("data-ymax") for i in range(len(panes))}) == 1
     steps = trace_steps(COMPARE_TRACE)
     assert page.locator("[data-testid=pane-silhouettes] .silhouette").count() == sum(len(steps[p]) for p in panes)
+
+
+def test_compare_shows_each_panes_per_depth_acceptance_and_tokens_per_step_as_the_bench_counts_them(page, replay_url):
+    """Counted from the recorded runs' step_metrics by static/js/model/stepshapes.js, as tools/report.py counts them."""
+    open_compare(page, replay_url)
+    panes = compare_panes()
+    page.wait_for_selector("svg[data-testid=accept-length-histogram] rect[data-policy]")
+    for policy in panes:
+        steps = [e for e in shipped_traces.events(COMPARE_TRACE) if e["type"] == "step_metrics" and e["policy"] == policy]
+        depths = acceptance_by_depth(Counter((e["depth"], e["accepted"]) for e in steps))
+        dots = page.locator(f"#compare svg[data-testid=acceptance-by-depth] circle[data-policy='{policy}']").all()
+        drawn = {int(d.get_attribute("data-depth")): (float(d.get_attribute("data-value")),
+                                                      float(d.get_attribute("data-unconditional"))) for d in dots}
+        assert drawn == {d.depth: (pytest.approx(d.conditional_rate, abs=0.0005), pytest.approx(d.rate, abs=0.0005))
+                         for d in depths if d.conditional_rate is not None}, policy
+        bars = page.locator(f"#compare svg[data-testid=accept-length-histogram] rect[data-policy='{policy}']").all()
+        assert {int(b.get_attribute("data-tokens")): int(b.get_attribute("data-steps")) for b in bars} == dict(
+            accept_lengths(Counter(e["emitted"] for e in steps))), policy
+    # Plain decoding drafts nothing: no line or bar of its own.
+    drawn_policies = {node.get_attribute("data-policy")
+                      for node in page.locator("#compare-shapes [data-policy]").all()}
+    assert drawn_policies == set(panes)
+    assert "bonus" in page.inner_text("#compare-shapes figure:has([data-testid=accept-length-histogram])")
+    # Counted once the runs have their steps: stepping the panes moves no count and redraws nothing.
+    page.evaluate("window.shownHistogram = document.querySelector('#compare-shapes [data-testid=accept-length-histogram]')")
+    page.keyboard.press("Shift+ArrowRight")
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=compare-pane]')].every(p => p.dataset.step === '2')")
+    assert page.evaluate("window.shownHistogram === document.querySelector('#compare-shapes [data-testid=accept-length-histogram]')")
 
 
 def test_the_table_explains_each_policy_against_ar(page, replay_url):
@@ -478,15 +508,23 @@ def test_no_horizontal_overflow_and_no_overlapping_controls(browser, replay_url,
         page.close()
 
 
+def pane_boxes(page) -> list[dict]:
+    """The first two panes' boxes, read in one moment: the page may still be scrolling them into view."""
+    return page.evaluate("""() => [...document.querySelectorAll('[data-testid=compare-pane]')].slice(0, 2).map((pane) => {
+      const r = pane.getBoundingClientRect();
+      return { x: r.x, y: r.y, width: r.width, height: r.height };
+    })""")
+
+
 def test_panes_sit_side_by_side_from_1024_px_and_stack_under_a_sticky_player_on_a_phone(browser, replay_url):
     wide = browser.new_page(viewport={"width": 1024, "height": 768})
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     try:
         for page in (wide, phone):
             open_compare(page, replay_url)
-        first, second = (wide.locator("[data-testid=compare-pane]").nth(i).bounding_box() for i in range(2))
+        first, second = pane_boxes(wide)
         assert abs(first["y"] - second["y"]) < 2 and second["x"] > first["x"] + first["width"] - 1
-        first, second = (phone.locator("[data-testid=compare-pane]").nth(i).bounding_box() for i in range(2))
+        first, second = pane_boxes(phone)
         assert second["y"] >= first["y"] + first["height"]
         phone.locator("[data-testid=compare-pane]").nth(1).scroll_into_view_if_needed()
         phone.evaluate("window.scrollBy(0, 200)")

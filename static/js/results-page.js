@@ -11,7 +11,7 @@ import {
 import { costChart, speedupChart, tauByCategoryChart, tauVsSizeChart } from "./view/charts.js";
 import { el } from "./view/dom.js";
 import { chartSvgText, download, svgToPng } from "./view/export.js";
-import { acceptLengthChart, acceptanceByDepthChart, timeSplitChart } from "./view/results-charts.js";
+import { acceptLengthChart, acceptanceByDepthChart, chartWidth, timeSplitChart } from "./view/results-charts.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -39,18 +39,10 @@ async function show(data, source) {
   setStatus(`showing ${source}`, "done");
 }
 
-// Charts are drawn at the width they get (one or two per row), so their text keeps its size on a phone.
-function chartWidth() {
-  const box = $("results-charts");
-  const gap = 16;
-  const columns = Math.max(1, Math.floor((box.clientWidth + gap) / (440 + gap)));
-  return Math.round((box.clientWidth - gap * (columns - 1)) / columns - 28);
-}
-
 function drawCharts() {
   if (!shown) return;
   const colours = coloursOf(shown.results, shown.baseline);
-  const size = { width: Math.max(280, chartWidth()) };
+  const size = { width: chartWidth($("results-charts").clientWidth) };
   const versioned = { ...size, version: reportVersion(shown) };
   $("results-charts").dataset.width = String(size.width);
   const figures = [
@@ -98,7 +90,7 @@ let resizeTimer = null;
 window.addEventListener("resize", () => {
   clearTimeout(resizeTimer);
   resizeTimer = setTimeout(() => {
-    if (String(Math.max(280, chartWidth())) !== $("results-charts").dataset.width) drawCharts();
+    if (String(chartWidth($("results-charts").clientWidth)) !== $("results-charts").dataset.width) drawCharts();
   }, 150);
 });
 

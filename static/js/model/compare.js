@@ -114,6 +114,15 @@ export function runFacts(events) {
   };
 }
 
+/**
+ * How the step-shape charts' legends name the panes' runs: by policy, or "n: policy" (the pane's number,
+ * as the table names it) where two panes ran the same policy. paneLabels(["a", "b", "a"]) -> ["1: a", "b", "3: a"]
+ */
+export function paneLabels(policies) {
+  const repeated = (policy) => policies.filter((p) => p === policy).length > 1;
+  return policies.map((policy, i) => (repeated(policy) ? `${i + 1}: ${policy}` : policy));
+}
+
 /** One y range per measure for every pane (and one x range: the longest run's steps). */
 export function sharedScales(facts) {
   const all = facts.flatMap((f) => f.steps);

@@ -2,22 +2,26 @@
 // the baseline. One player moves every pane (one PhasePlayer per pane in a PlayerGroup): the same
 // step number, or the step that produced the same output position ("align by tokens emitted").
 // Each pane draws its tree, its per-step depth, width and tree size on axes shared by every pane,
-// and a strip of every step's silhouette; the table says how each policy did against ar.
+// and a strip of every step's silhouette; the table says how each policy did against ar, and under it the
+// panes' per-depth acceptance and tokens per step, drawn by /results' own charts.
 
 import {
-  alignByTokens, leaderIndex, runFacts, sharedScales, tableRows,
+  alignByTokens, leaderIndex, paneLabels, runFacts, sharedScales, tableRows,
 } from "../model/compare.js";
 import { formatNumber } from "../model/format.js";
 import { layoutTree } from "../model/layout.js";
 import { foldPhase, phaseTitle } from "../model/phases.js";
 import { baselinePolicy, defaultPanes } from "../model/policies.js";
+import { coloursOf } from "../model/results.js";
 import { axisTop } from "../model/scale.js";
 import { baselineKey } from "../model/setup.js";
+import { stepShapeSeries } from "../model/stepshapes.js";
 import { stepTimes } from "../model/timesplit.js";
 import { PhasePlayer, PlayerGroup, sameStepAndPhase } from "../player.js";
 import { silhouetteStrip, stepChart } from "./charts.js";
 import { el, svgEl } from "./dom.js";
 import { describePolicy, fillPolicySelect, readParams, renderParams } from "./forms.js";
+import { acceptLengthChart, acceptanceByDepthChart, chartWidth } from "./results-charts.js";
 import { timeSplitChart } from "./timesplit.js";
 import { createTooltip, renderTree, resetTree } from "./tree.js";
 
@@ -91,6 +95,10 @@ export class CompareView {
     $("compare-align").addEventListener("change", () => this.realign());
     // Compare mode takes the player's keys before the single view sees them.
     window.addEventListener("keydown", (event) => this.onKey(event), true);
+    // Charts are drawn at the width they get: a new width redraws them (the step shapes only when it changed).
+    window.addEventListener("resize", () => {
+      if (this.open) this.scheduleDraw();
+    });
   }
 
   onKey(event) {
@@ -295,6 +303,7 @@ export class CompareView {
                      size: axisTop(shared.size), maxDepth: shared.depth, maxWidth: shared.width,
                      stepMs: Math.max(1, ...this.panes.flatMap((pane) => stepTimes(pane.player.events).map((t) => t.total))) };
     this.panes.forEach((pane) => pane.draw(scales));
+    this.drawStepShapes(facts);
     this.drawPlayer();
     this.onChange();
   }
@@ -311,6 +320,32 @@ export class CompareView {
     $("compare-position").textContent = phase
       ? `${this.panes[this.group.leaderIndex]?.policy() ?? ""} step ${phase.stepIndex + 1} of ${leader.stepCount} · ${phaseTitle(phase)}`
       : "no run yet";
+  }
+
+  /**
+   * Per-depth acceptance and tokens per step of the panes that draft, once they have steps; redrawn only
+   * when a pane's steps or the charts' width changed (not on every move of the player).
+   */
+  drawStepShapes(facts) {
+    const section = $("compare-shapes");
+    const box = $("compare-shape-charts");
+    const labels = paneLabels(facts.map((f, i) => f.policy ?? this.panes[i].policy()));
+    const runs = facts.map((f, i) => ({ ...f, label: labels[i] }));
+    const width = chartWidth($("panes").clientWidth);
+    // The panes' facts are new objects whenever their events grew (Pane.facts), so identity says "unchanged".
+    const drawn = this.shapesDrawn;
+    if (drawn && drawn.width === width && drawn.facts.length === facts.length
+        && facts.every((f, i) => f === drawn.facts[i] && labels[i] === drawn.labels[i])) return;
+    this.shapesDrawn = { width, facts, labels };
+    const { byDepth, lengths } = stepShapeSeries(runs, this.schemas);
+    section.hidden = !lengths.series.length;
+    if (section.hidden) {
+      box.replaceChildren();
+      return;
+    }
+    const colours = coloursOf(lengths.series.map((line) => ({ policy: line.label })), null);
+    box.replaceChildren(acceptanceByDepthChart(byDepth, colours, { width }),
+                        acceptLengthChart(lengths, colours, { width }));
   }
 
   renderTable() {

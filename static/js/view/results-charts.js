@@ -15,6 +15,18 @@ const PARTS = [
 
 const percent = (share) => `${Math.round(share * 100)}%`;
 
+// Charts sit in a grid of 440-px columns (16 px apart, in a framed box 28 px wider than the chart) and are
+// drawn at the width they get there (one or two a row), so their text keeps its size on a phone.
+const COLUMN = 440;
+const GAP = 16;
+const FRAMING = 28;
+
+/** The width to draw a chart at in a grid `box` pixels wide (the grid's CSS: results-charts, compare-shape-charts). */
+export function chartWidth(box) {
+  const columns = Math.max(1, Math.floor((box + GAP) / (COLUMN + GAP)));
+  return Math.max(280, Math.round((box - GAP * (columns - 1)) / columns - FRAMING));
+}
+
 // Said on short lines: the frame is as narrow as a phone's.
 function predates(chart, what, version) {
   const { x0, x1, y0, y1 } = chart.plot;
