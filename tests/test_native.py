@@ -356,3 +356,22 @@ def test_the_heads_draft_step_in_the_kernel_drafts_as_its_torch_modules_do(kerne
     assert kernel_tokens == torch_tokens
     scale = reference.abs().max().item()
     assert (kernel - reference).abs().max().item() <= 0.03 * scale, ((kernel - reference).abs().max(), scale)
+
+
+@needs_kernel
+@pytest.mark.parametrize("vocab, k", [(12288, 10), (200, 3), (49, 64 - 15), (4096, 64)])
+def test_the_kernels_top_k_and_log_sum_exp_are_torchs_on_bfloat16_rows(vocab, k):
+    """A drafter's read of its logits in one C call (native.top_k_lse): the same values as torch.topk over the
+    same rows, ties to the lower index, and the log-sum-exp to float32 rounding, on rows with many ties
+    (bf16 has 8 bits of mantissa) and lengths that are not a multiple of 16."""
+    generator = torch.Generator().manual_seed(vocab)
+    rows = (torch.randn(5, vocab, generator=generator) * 3).to(torch.bfloat16)
+    rows[1, vocab // 3] = rows[1].max()  # a tie for the best
+    rows[2, :] = rows[2, 0]  # every logit equal
+    values, indices, lse = native.top_k_lse(rows, k)
+    exact = rows.float()
+    for r in range(len(rows)):
+        order = sorted(range(vocab), key=lambda i: (-exact[r, i].item(), i))[:k]  # ties to the lower index
+        assert indices[r].tolist() == order, r
+        assert torch.equal(values[r], exact[r, order])
+    assert torch.allclose(lse, torch.logsumexp(exact, dim=-1), rtol=2e-6, atol=0)

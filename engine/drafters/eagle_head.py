@@ -119,21 +119,29 @@ class EagleHeadDrafter(Drafter):
         if k <= 0:
             return [Proposal(node=node, token=[], q=[], source=self.name) for node in frontier]
         if sample and not sampling.greedy:
-            logits = self.head.expand_logits(draft)  # [N, V]
+            logits = self.head.expand_logits(draft.float())  # [N, V]
             return [self._sampled_children(node, row, k, sampling, generator) for node, row in zip(frontier, logits)]
-        top = torch.topk(draft, min(k, self.head.draft_vocab_size), dim=-1)  # [N, k]: one call for the frontier
-        lse = torch.logsumexp(draft, dim=-1)  # [N]: q = exp(logit - lse), no [N, Vd] softmax written
-        q = (top.values - lse[:, None]).exp().tolist()
+        values, indices, lse = self._top_k(draft, min(k, self.head.draft_vocab_size))  # [N, k], [N, k], [N]
+        q = (values - lse[:, None]).exp().tolist()  # q = exp(logit - lse): no [N, Vd] softmax written
         self.node_lse.update(zip(frontier, lse.tolist()))
-        tokens = self.head.to_target(top.indices).tolist()
+        tokens = self.head.to_target(indices).tolist()
         return [Proposal(node=node, token=tokens[i], q=q[i], source=self.name) for i, node in enumerate(frontier)]
+
+    def _top_k(self, draft: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The k best of each row of draft logits [N, Vd] (values and indices) and each row's log-sum-exp:
+        in the kernel for its bf16 logits (one C call), else by torch over float ones."""
+        if draft.dtype == torch.bfloat16 and self.native is not None:
+            return native.top_k_lse(draft, k)
+        top = torch.topk(draft, k, dim=-1)  # [N, k]: one call for the frontier
+        return top.values, top.indices, torch.logsumexp(draft, dim=-1)
 
     def frontier_logits(self, tree: DraftTree, frontier: list[int]) -> torch.Tensor:
         """[N, V] target-vocabulary logits of the head at each frontier node, -inf outside the draft vocabulary."""
-        return self.head.expand_logits(self.frontier_draft_logits(tree, frontier))
+        return self.head.expand_logits(self.frontier_draft_logits(tree, frontier).float())
 
     def frontier_draft_logits(self, tree: DraftTree, frontier: list[int]) -> torch.Tensor:
-        """[N, Vd] draft-vocabulary logits of the head at each frontier node (computed once per node)."""
+        """[N, Vd] draft-vocabulary logits of the head at each frontier node (computed once per node): the
+        kernel's bfloat16 as it wrote them, else float32."""
         missing = [n for n in frontier if n not in self.node_logits]
         if 0 in missing:
             self._run_root(tree)
@@ -164,9 +172,10 @@ class EagleHeadDrafter(Drafter):
             at = torch.tensor(positions, device=self.device)
             if self.native is not None:
                 out, logits = self.native(self.head.embed(ids), state, at, self.kv, start, masked, first_logit)
+                logits = logits.clone()  # [R, Vd] bf16, a tensor of its own (the kernel reuses its buffer)
             else:
                 out, logits = self._torch_step(ids, state, at, start, masked, first_logit)
-            logits = logits.float()  # [R, Vd], a tensor of its own (the kernel reuses its buffer)
+                logits = logits.float()  # [R, Vd]
         return out, logits
 
     def _torch_step(self, ids: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, start: int,

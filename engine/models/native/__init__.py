@@ -154,6 +154,9 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.head_step.restype = ctypes.c_int
     library.native_head_struct_size.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     library.native_head_struct_size.restype = None
+    library.top_k_lse.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                  ctypes.c_void_p, ctypes.c_void_p]
+    library.top_k_lse.restype = ctypes.c_int
     library.native_max_tokens.restype = ctypes.c_int
     library.native_amx_active.restype = ctypes.c_int
     library.native_use_amx.argtypes = [ctypes.c_int]
@@ -438,3 +441,19 @@ class NativeHead:
             self._buffers[key] = ([new(n, 2 * hidden), new(n, hidden), new(n, width), new(n, dims.heads * dims.head_dim),
                                    new(n, hidden), new(n, 2 * inter), new(n, inter)], new(rows, dims.vocab))
         return self._buffers[key]
+
+
+def top_k_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The k largest of each row of bf16 logits [R, V], largest first (ties to the lower index), as values
+    [R, k] float32 and indices [R, k] int64, and each row's log-sum-exp [R] float32: one C call where
+    torch would take three ops and a float copy of every row."""
+    assert logits.dtype == torch.bfloat16 and logits.dim() == 2, (logits.dtype, logits.shape)
+    logits = logits.contiguous()
+    rows, vocab = logits.shape
+    values = torch.empty(rows, k, dtype=torch.float32)
+    indices = torch.empty(rows, k, dtype=torch.int64)
+    lse = torch.empty(rows, dtype=torch.float32)
+    code = kernel().top_k_lse(logits.data_ptr(), rows, vocab, k, lse.data_ptr(), indices.data_ptr(), values.data_ptr())
+    if code:
+        raise refused(code, "top-k")
+    return values, indices, lse

@@ -772,3 +772,76 @@ int head_step(const HeadStep *s) {
     free(all_scores);
     return NATIVE_OK;
 }
+
+/* ------------------------------------------------------------------ what a drafter reads of its logits */
+
+#define TOP_K_MAX 64
+
+/* Puts (x, at) among the k best so far, `top` kept largest first; an equal value stays behind the one
+ * already there (rows are scanned in index order, so ties go to the lower index). */
+static inline void keep_best(float *top, int64_t *index, int *have, int k, float x, int64_t at) {
+    int pos;
+    if (*have < k) pos = (*have)++;
+    else if (x > top[k - 1]) pos = k - 1;
+    else return;
+    while (pos > 0 && top[pos - 1] < x) {
+        top[pos] = top[pos - 1];
+        index[pos] = index[pos - 1];
+        pos--;
+    }
+    top[pos] = x;
+    index[pos] = at;
+}
+
+static inline float bf16_to_float(bf16 b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* For each of `rows` rows of V bfloat16 logits: the k largest and their indices, largest first, ties to
+ * the lower index; and the log-sum-exp, max + log Σ e^(x − max), the exponentials in float lanes (exp16)
+ * summed in double. One pass over the row for the top-k and the max, one for the sum: no float copy of
+ * the row and no call into torch, whose every op on two cores is an OpenMP region of its own. */
+int top_k_lse(const bf16 *logits, int rows, int V, int k, float *lse, int64_t *index, float *value) {
+    if (rows < 0 || V < 16 || k < 1 || k > TOP_K_MAX || k > V) return NATIVE_BAD_DIMS;
+    for (int r = 0; r < rows; r++) {
+        const bf16 *x = logits + (size_t)r * V;
+        float top[TOP_K_MAX], lanes[16];
+        int64_t at[TOP_K_MAX];
+        int have = 0, v = 0;
+        __m512 most = _mm512_set1_ps(-INFINITY);
+        for (; v + 16 <= V; v += 16) {
+            const __m512 s = load16(x + v);
+            most = _mm512_max_ps(most, s);
+            __mmask16 better = have < k ? (__mmask16)0xFFFF
+                                        : _mm512_cmp_ps_mask(s, _mm512_set1_ps(top[k - 1]), _CMP_GT_OQ);
+            if (!better) continue;
+            _mm512_storeu_ps(lanes, s);
+            for (; better; better &= better - 1) {
+                const int lane = __builtin_ctz(better);
+                keep_best(top, at, &have, k, lanes[lane], v + lane);
+            }
+        }
+        float m = _mm512_reduce_max_ps(most);
+        for (int t = v; t < V; t++) {
+            const float xt = bf16_to_float(x[t]);
+            m = xt > m ? xt : m;
+            keep_best(top, at, &have, k, xt, t);
+        }
+        __m512 sum = _mm512_setzero_ps();
+        const __m512 shift = _mm512_set1_ps(m);
+        for (v = 0; v + 16 <= V; v += 16) sum = _mm512_add_ps(sum, exp16(_mm512_sub_ps(load16(x + v), shift)));
+        double total = 0;
+        for (int t = v; t < V; t++) total += exp((double)bf16_to_float(x[t]) - m);
+        _mm512_storeu_ps(lanes, sum);
+        for (int i = 0; i < 16; i++) total += lanes[i];
+        lse[r] = isinf(m) ? m : (float)(m + log(total));
+        for (int i = 0; i < k; i++) {
+            value[(size_t)r * k + i] = top[i];
+            index[(size_t)r * k + i] = at[i];
+        }
+    }
+    return NATIVE_OK;
+}
