@@ -38,7 +38,7 @@ class HybridDrafter(Drafter):
     name = "hybrid"
 
     def __init__(self, head: EagleHeadDrafter, suffix: SuffixDrafter | None = None, match_children: int = 2,
-                 copy_q: float = 0.8, widen_depth: int = 0):
+                 copy_q: float = 0.8):
         super().__init__(meter=head.meter)  # only the head runs a model
         self.head = head
         self.suffix = suffix or SuffixDrafter()
@@ -46,7 +46,6 @@ class HybridDrafter(Drafter):
         self.feature_layers = head.feature_layers
         self.match_children = match_children
         self.copy_q = copy_q
-        self.widen_depth = widen_depth  # the head still runs at nodes shallower than this under a confident match
         self._modelled: set[int] = set()  # nodes the head ran this step: only their children can run it
 
     def use_memory(self, memory: SuffixMemory | None) -> None:
@@ -80,7 +79,7 @@ class HybridDrafter(Drafter):
     def _runs_head(self, tree: DraftTree, node: int, match: Proposal | None) -> bool:
         """The head runs where it can (at the root, or below a node it ran) unless a match is confident."""
         reachable = node == 0 or tree.parent[node] in self._modelled
-        return reachable and (match is None or match.q[0] < self.copy_q or tree.depth[node] < self.widen_depth)
+        return reachable and (match is None or match.q[0] < self.copy_q)
 
     def _merge(self, head: Proposal, match: Proposal | None) -> list[Proposal]:
         """The head's children plus the match's, deduplicated: one proposal per source."""
