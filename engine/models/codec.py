@@ -34,10 +34,13 @@ class Codec(ABC):
 
 
 class HFCodec(Codec):
-    """A Hugging Face tokenizer, with its chat template when it has one."""
+    """A Hugging Face tokenizer, with its chat template when it has one. A token's text and bytes are
+    decoded once and kept: a live tree labels thousands of candidates a step."""
 
     def __init__(self, tokenizer, name: str):
         self.tokenizer = tokenizer
+        self._texts: dict[int, str] = {}
+        self._bytes: dict[int, bytes | None] = {}
         self.name = name
         self.vocab_size = len(tokenizer)
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -57,12 +60,16 @@ class HFCodec(Codec):
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def token_text(self, token: int) -> str:
-        return self.tokenizer.decode([token], skip_special_tokens=False)
+        text = self._texts.get(token)
+        if text is None:
+            text = self._texts[token] = self.tokenizer.decode([token], skip_special_tokens=False)
+        return text
 
     def token_bytes(self, token: int) -> bytes | None:
-        if "\ufffd" not in self.token_text(token):
-            return None
-        return piece_bytes(self.tokenizer.convert_ids_to_tokens(token))
+        if token not in self._bytes:
+            whole = "\ufffd" not in self.token_text(token)
+            self._bytes[token] = None if whole else piece_bytes(self.tokenizer.convert_ids_to_tokens(token))
+        return self._bytes[token]
 
 
 class ByteCodec(Codec):
