@@ -18,7 +18,11 @@ DEFAULT_PROMPT = "Count from one to twenty in words, separated by commas."
 
 
 def record(engine: SpecEngine, requests: list[GenerationRequest], path: str) -> None:
-    """Runs each request in turn, all events into one JSON-lines file."""
+    """Runs each request in turn, all events into one JSON-lines file, after one short untimed run of
+    each (as the bench warms up): a process's first forwards and a policy's first step are slower, and
+    a lesson compares the recorded runs' speeds."""
+    for request in requests:
+        engine.run(request.model_copy(update={"prompt": "Hello", "max_new_tokens": 8}), memory=None, detail=True)
     writer = TraceWriter(path)
     try:
         for request in requests:

@@ -23,6 +23,13 @@ test("a_steps_time_splits_into_draft_verify_and_other_as_its_metrics_report", ()
   assert.equal(timeTotals([]), null);
 });
 
+test("time_outside_the_forwards_counts_on_both_sides_in_units_of_plain_decodings_step", () => {
+  const R = costAwareSpeedup({ tau: 3, delta: 4, verifyMs: 60, draftForwardMs: 2, outsideMs: 6, oneTokenMs: 38, plainOutsideMs: 2 });
+  assert.ok(Math.abs(R - 3 / ((60 + 8 + 6) / 40)) < 1e-12);
+  // Plain decoding against itself, outside time and all: exactly 1.
+  assert.equal(costAwareSpeedup({ tau: 1, delta: 0, verifyMs: 38, draftForwardMs: null, outsideMs: 2, oneTokenMs: 38, plainOutsideMs: 2 }), 1);
+});
+
 test("cost_aware_speedup_prices_the_tree_at_its_measured_verify_time", () => {
   const R = costAwareSpeedup({ tau: 3, delta: 4, verifyMs: 60, draftForwardMs: 2, oneTokenMs: 40 });
   assert.ok(Math.abs(R - 3 / (1.5 + 0.2)) < 1e-12);
@@ -32,7 +39,7 @@ test("cost_aware_speedup_prices_the_tree_at_its_measured_verify_time", () => {
 });
 
 test("one_token_forward_comes_from_plain_decodings_run_else_the_cost_table", () => {
-  assert.deepEqual(oneTokenForward({ arEvents: ar }), { ms: 40, source: "plain decoding's run" });
+  assert.deepEqual(oneTokenForward({ arEvents: ar }), { ms: 40, source: "plain decoding's run", outsideMs: 0 });
   const costs = { source: "measured", context: 64, ns: [1, 2, 4], target_ms: [41, 43, 47], draft_ms: [4, 4, 5] };
   assert.deepEqual(oneTokenForward({ costs }), { ms: 41, source: "cost table (measured)" });
   assert.equal(oneTokenForward({}), null);
@@ -40,16 +47,19 @@ test("one_token_forward_comes_from_plain_decodings_run_else_the_cost_table", () 
 
 test("a_wide_tree_that_doubles_the_verify_time_predicts_what_the_run_measured", () => {
   const own = ownTimesSpeedup(talon, { arEvents: ar });
-  // τ 4, δ 4, verify(n)/verify(1) = 74 / 40, c = 2 / 40: R = 4 / (1.85 + 0.2).
+  // τ 4, δ 4 over plain decoding's step of 40 ms (no time outside its forward): v = 74 / 40,
+  // c = 2 / 40, o = ((10 − 8 + 4) + (12 − 8 + 6)) / 2 / 40 = 8 / 40: R = 4 / (1.85 + 0.2 + 0.2).
   assert.equal(own.tau, 4);
   assert.equal(own.delta, 4);
   assert.ok(Math.abs(own.verifyRatio - 1.85) < 1e-12);
-  assert.ok(Math.abs(own.R - 4 / 2.05) < 1e-12);
+  assert.ok(Math.abs(own.o - 0.2) < 1e-12);
+  assert.ok(Math.abs(own.R - 4 / 2.25) < 1e-12);
   // Before the first step there is nothing to predict from.
   assert.equal(ownTimesSpeedup([], { arEvents: ar }).R, null);
   assert.equal(ownTimesSpeedup(talon).R, null);
 });
 
 test("plain_decodings_run_summary_gives_verify_1_when_its_events_are_not_at_hand", () => {
-  assert.deepEqual(oneTokenForward({ arFinished: { steps: 4, verify_ms: 164 } }), { ms: 41, source: "plain decoding's run" });
+  assert.deepEqual(oneTokenForward({ arFinished: { steps: 4, verify_ms: 164, other_ms: 8 } }),
+                   { ms: 41, source: "plain decoding's run", outsideMs: 2 });
 });

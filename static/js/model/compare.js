@@ -136,7 +136,7 @@ export function sharedScales(facts) {
  * policy that drafts nothing, model/policies.js baselinePolicy):
  *   tokensPerS, speedup (ar = 1), tau, delta, c, meanTreeSize (draft nodes verified per step),
  *   acceptance (accepted drafts over drafted nodes verified), predictedR = τ / (1 + c·δ) (the speedup if
- *   verifying a tree cost one plain forward; δ = 0 needs no c), costAwareR = τ / (verify(n)/verify(1) + δ·c)
+ *   verifying a tree cost one plain forward; δ = 0 needs no c), costAwareR = τ / (v + δ·c + o)
  *   from the run's own times and ar's (model/timesplit.js, as the formula panel computes it), equality with ar.
  */
 export function tableRows(facts, { dtype = null, baseline = null } = {}) {

@@ -36,30 +36,40 @@ export function timeTotals(times) {
 }
 
 /**
- * The cost-aware speedup over plain decoding: each step emits τ tokens and costs one verify of the
- * tree, verify(n), plus δ draft forwards, in units of plain decoding's one-token forward verify(1):
- * R = τ / (verify(n)/verify(1) + δ·c), c = one draft forward over verify(1). δ = 0 needs no c.
+ * The cost-aware speedup over plain decoding. Each step emits τ tokens and costs one verify of the
+ * tree, verify(n), δ draft forwards, and the time outside model forwards (the policy's drafting work,
+ * acceptance, cache compaction, events); plain decoding's step costs verify(1) and its own time
+ * outside. In units of plain decoding's step t₁ = verify(1) + its outside time:
+ *   R = τ / (v + δ·c + o), v = verify(n)/t₁, c = one draft forward/t₁, o = outside time/t₁.
+ * With no outside time on either side this is τ / (verify(n)/verify(1) + δ·c). δ = 0 needs no c.
  *
  * costAwareSpeedup({ tau: 3, delta: 4, verifyMs: 60, draftForwardMs: 2, oneTokenMs: 40 }) -> 3 / (1.5 + 4 × 0.05) = 1.7647…
+ * costAwareSpeedup({ tau: 3, delta: 4, verifyMs: 60, draftForwardMs: 2, outsideMs: 6, oneTokenMs: 38, plainOutsideMs: 2 })
+ *   -> 3 / ((60 + 8 + 6) / 40) = 1.6216…
  */
-export function costAwareSpeedup({ tau, delta, verifyMs, draftForwardMs, oneTokenMs }) {
+export function costAwareSpeedup({ tau, delta, verifyMs, draftForwardMs, outsideMs = 0, oneTokenMs, plainOutsideMs = 0 }) {
   if (tau == null || delta == null || verifyMs == null || !(oneTokenMs > 0)) return null;
   if (delta > 0 && draftForwardMs == null) return null;
-  const verifyRatio = verifyMs / oneTokenMs;
-  const c = delta > 0 ? draftForwardMs / oneTokenMs : 0;
-  return tau / (verifyRatio + delta * c);
+  const plainStep = oneTokenMs + plainOutsideMs;
+  return tau / ((verifyMs + (delta > 0 ? delta * draftForwardMs : 0) + outsideMs) / plainStep);
 }
 
 /**
  * verify(1), the time of one target forward of one token: plain decoding's mean verify per step in
- * a run of the same setup (its events, or its run_finished, whose timings are the run's totals),
- * else the cost table's one-token forward at the prompt's context ({ ms, source }), else null.
+ * a run of the same setup (its events, or its run_finished, whose timings are the run's totals), with
+ * its mean time outside the forward per step ({ ms, source, outsideMs }); else the cost table's
+ * one-token forward at the prompt's context ({ ms, source }: the time outside unknown, taken as 0);
+ * else null.
  */
 export function oneTokenForward({ arEvents = null, arFinished = null, costs = null } = {}) {
   const ar = arEvents ? stepTimes(arEvents) : [];
-  if (ar.length) return { ms: ar.reduce((s, t) => s + t.verify, 0) / ar.length, source: "plain decoding's run" };
+  if (ar.length) {
+    return { ms: ar.reduce((s, t) => s + t.verify, 0) / ar.length, source: "plain decoding's run",
+             outsideMs: ar.reduce((s, t) => s + t.draft + t.other, 0) / ar.length };
+  }
   if (arFinished?.steps > 0 && arFinished.verify_ms > 0) {
-    return { ms: arFinished.verify_ms / arFinished.steps, source: "plain decoding's run" };
+    return { ms: arFinished.verify_ms / arFinished.steps, source: "plain decoding's run",
+             outsideMs: ((arFinished.draft_ms ?? 0) + (arFinished.other_ms ?? 0)) / arFinished.steps };
   }
   const at = costs?.ns?.indexOf(1) ?? -1;
   if (at >= 0 && costs.target_ms[at] > 0) return { ms: costs.target_ms[at], source: `cost table (${costs.source})` };
@@ -68,9 +78,10 @@ export function oneTokenForward({ arEvents = null, arFinished = null, costs = nu
 
 /**
  * The run's own times behind R: τ and δ over the steps so far, verify(n) its mean verify per step,
- * one draft forward's mean time, verify(1) (oneTokenForward) and R = costAwareSpeedup of them.
- * Returns { R, tau, delta, verifyMs, draftForwardMs, verifyRatio, c, oneToken, steps }; R is null
- * where verify(1) is unknown or no step has finished.
+ * one draft forward's mean time, its mean time outside model forwards per step, plain decoding's step
+ * (oneTokenForward) and R = costAwareSpeedup of them. Returns { R, tau, delta, verifyMs, draftForwardMs,
+ * outsideMs, verifyRatio, c, o, plainStepMs, oneToken, steps }, the ratios over plain decoding's step;
+ * R is null where verify(1) is unknown or no step has finished.
  */
 export function ownTimesSpeedup(events, { arEvents = null, arFinished = null, costs = null } = {}) {
   const metrics = events.filter((e) => e.type === "step_metrics");
@@ -83,10 +94,14 @@ export function ownTimesSpeedup(events, { arEvents = null, arFinished = null, co
   const delta = forwards / steps;
   const verifyMs = times.reduce((s, t) => s + t.verify, 0) / steps;
   const draftForwardMs = forwards ? times.reduce((s, t) => s + t.draftForwardMs, 0) / forwards : null;
-  const R = costAwareSpeedup({ tau, delta, verifyMs, draftForwardMs, oneTokenMs: oneToken?.ms });
+  const outsideMs = times.reduce((s, t) => s + t.draft - t.draftForwardMs + t.other, 0) / steps;
+  const plainOutsideMs = oneToken?.outsideMs ?? 0;
+  const R = costAwareSpeedup({ tau, delta, verifyMs, draftForwardMs, outsideMs, oneTokenMs: oneToken?.ms, plainOutsideMs });
+  const plainStepMs = oneToken ? oneToken.ms + plainOutsideMs : null;
   return {
-    R, tau, delta, verifyMs, draftForwardMs, steps, oneToken,
-    verifyRatio: oneToken ? verifyMs / oneToken.ms : null,
-    c: oneToken && draftForwardMs != null ? draftForwardMs / oneToken.ms : null,
+    R, tau, delta, verifyMs, draftForwardMs, outsideMs, steps, oneToken, plainStepMs,
+    verifyRatio: plainStepMs ? verifyMs / plainStepMs : null,
+    c: plainStepMs && draftForwardMs != null ? draftForwardMs / plainStepMs : null,
+    o: plainStepMs ? outsideMs / plainStepMs : null,
   };
 }

@@ -292,20 +292,23 @@ function verifyLine(line, f) {
   }
 }
 
-/** R from the run's own measured times: its verify per step over plain decoding's one-token forward, its draft forwards. */
+/** R from the run's own measured times: its verify, draft forwards and time outside the forwards per step,
+ * over plain decoding's step (its forward and its own time outside). */
 function ownTimesLine(line, own, measured) {
   if (!own?.steps) return;
   if (own.R == null) {
-    line("R, timed", "τ / (verify(n)/verify(1) + δ·c₁)", "–", { "data-own-r": "" },
+    line("R, timed", "τ / (v + δ·c + o)", "–", { "data-own-r": "" },
          "needs verify(1), one target forward of one token: a plain decoding run of the same setup or a measured cost table");
     return;
   }
-  const c1 = own.c == null ? "0" : sig(own.c, 3);
-  line("R, timed", `τ / (verify(n)/verify(1) + δ·c₁) = ${sig(own.tau, 3)} / (${sig(own.verifyRatio, 3)} + ${sig(own.delta, 3)} × ${c1})`,
+  const c = own.c == null ? "0" : sig(own.c, 3);
+  line("R, timed", `τ / (v + δ·c + o) = ${sig(own.tau, 3)} / (${sig(own.verifyRatio, 3)} + ${sig(own.delta, 3)} × ${c} + ${sig(own.o, 3)})`,
        `${sig(own.R, 3)}×${measured != null ? ` vs ${sig(measured, 3)}× measured` : ""}`,
        { "data-own-r": String(own.R), "data-own-verify-ratio": String(own.verifyRatio), "data-testid": "own-times-r" },
-       `this run's own times: verify(n) ${sig(own.verifyMs, 3)} ms per step, verify(1) ${sig(own.oneToken.ms, 3)} ms ` +
-       `(${own.oneToken.source}), one draft forward ${own.draftForwardMs == null ? "–" : `${sig(own.draftForwardMs, 3)} ms`}; ` +
-       "drafting's policy work and the rest of each step are in the time split");
+       `this run's own times per step, over plain decoding's step of ${sig(own.plainStepMs, 3)} ms ` +
+       `(${own.oneToken.source}): v, the verify of ${sig(own.verifyMs, 3)} ms; c, one draft forward of ` +
+       `${own.draftForwardMs == null ? "–" : `${sig(own.draftForwardMs, 3)} ms`}; o, the ${sig(own.outsideMs, 3)} ms ` +
+       "outside model forwards (the policy's drafting work, acceptance, events: the time split). The measured " +
+       "speedup also holds the prefill, the same for both runs");
 }
 
