@@ -72,6 +72,7 @@ class CostTable:
     # Lookups' derived rows, made once: a policy prices thousands of candidates a run. Keyed by the source
     # object's id and holding it, so a row replaced by a new list (not edited in place) is derived again.
     _derived: dict[tuple[str, int], tuple[Any, Any]] = field(default_factory=dict, repr=False, compare=False)
+    _priced: dict[tuple[int, float], tuple[Any, float]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -87,7 +88,13 @@ class CostTable:
             return 0.0
         costs = self.target if model == "target" else self.draft_costs()
         row = costs.ms[_bucket(self.batches, batch)][_bucket(self.contexts, context)]
-        return _step_up(self.ns, self._once("monotone", row, _non_decreasing), n)
+        key = (id(row), n)  # a policy asks the same few cells many times a step (cast: ~80)
+        entry = self._priced.get(key)
+        if entry is None or entry[0] is not row:
+            if len(self._priced) > 4096:  # fractional n from a policy's arithmetic: keep it bounded
+                self._priced.clear()
+            entry = self._priced[key] = (row, _step_up(self.ns, self._once("monotone", row, _non_decreasing), n))
+        return entry[1]
 
     def _once(self, kind: str, source: Any, derive: Any) -> Any:
         """derive(source), computed once per source object."""
