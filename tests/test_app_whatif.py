@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import ServerSettings
+from test_app_ws import receive_run
 from tiny_models import TINY_VOCAB, tiny_engine
 
 RUN = {"type": "run", "prompt": "hello there", "policy": "talon", "params": {"budget": 8, "top_k": 3},
@@ -20,14 +21,6 @@ def client():
     engine = tiny_engine(seed=0)
     with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: engine)) as client:
         yield client
-
-
-def receive_run(ws) -> list[dict]:
-    messages = []
-    while True:
-        messages.append(ws.receive_json())
-        if messages[-1]["type"] in ("run_finished", "error"):
-            return messages
 
 
 def what_if_of(run: list[dict], step: int, **changes) -> dict:

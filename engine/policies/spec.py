@@ -28,13 +28,14 @@ def parse_pair(pair: str) -> tuple[str, str] | None:
     return (key.strip(), value.strip()) if sep and key.strip() else None
 
 
-def parse_params(pairs: list[str], field: str = "params") -> dict[str, str]:
-    """`--param key=value` flags as text parameters; a RequestError names the pair that is no pair."""
+def parse_params(pairs: list[str], field: str = "params", where: str = "--param expects key=value") -> dict[str, str]:
+    """`--param key=value` flags as text parameters; a RequestError names the pair that is no pair (`where`
+    says what was being read)."""
     params = {}
     for pair in pairs:
         parsed = parse_pair(pair)
         if parsed is None:
-            raise RequestError(f"--param expects key=value, got {pair!r}", field=field)
+            raise RequestError(f"{where}, got {pair!r}", field=field)
         params[parsed[0]] = parsed[1]
     return params
 
@@ -55,12 +56,7 @@ class PolicySpec:
         {'mu': '0.05', 'budget': '30'}
         """
         name, *pairs = text.strip().split(":")
-        params = {}
-        for pair in pairs:
-            parsed = parse_pair(pair)
-            if parsed is None:
-                raise RequestError(f"{text!r}: expected key=value after ':', got {pair!r}", field=field)
-            params[parsed[0]] = parsed[1]
+        params = parse_params(pairs, field, where=f"{text!r}: expected key=value after ':'")
         return cls(label=text.strip(), policy=name.strip(), params=params)
 
 
