@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Iterator, Literal
 
 import torch
 
@@ -152,19 +153,16 @@ class SpecEngine:
         (the engine's own bank by default; None: none, and this run is not remembered)."""
         prepared = self.validate(request)
         bank = self.memory if memory == "engine" else memory
-        with self._lock, one_torch_thread(self.forward_name == "native"):  # the kernel keeps its own team
-            drafter = self._drafter(prepared.drafter) if prepared.drafter else None
-            run_id = uuid.uuid4().hex[:12]
-            reporter = RunReporter(emit or (lambda event: None), detail, self.codec, run_id, prepared.policy_class.name)
-            run = _Run(self, prepared, drafter, reporter, cancelled or (lambda: False))
-            if drafter is None or bank is None:
+        with self._turn():
+            run = self._new_run(prepared, emit, cancelled, detail)
+            if run.drafter is None or bank is None:
                 return run.execute()
             key = memory_key(prepared.policy)
-            drafter.use_memory(bank.for_policy(key))
+            run.drafter.use_memory(bank.for_policy(key))
             try:
                 finished = run.execute()
             finally:
-                drafter.use_memory(None)
+                run.drafter.use_memory(None)
             bank.remember(key, prepared.prompt_ids, run.generated)
             return finished
 
@@ -175,11 +173,22 @@ class SpecEngine:
         is not touched. Drafter state learned during the run, an adaptive policy's state and, when sampling,
         the draws start fresh."""
         prepared = self.validate(request)
+        with self._turn():
+            return self._new_run(prepared, emit, cancelled, True, what_if=request).execute()
+
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        """The model for one run: the engine's lock, and torch's own small ops on one thread beside the
+        native kernel's team (engine/models/device.py)."""
         with self._lock, one_torch_thread(self.forward_name == "native"):
-            drafter = self._drafter(prepared.drafter) if prepared.drafter else None
-            run_id = uuid.uuid4().hex[:12]
-            reporter = RunReporter(emit or (lambda event: None), True, self.codec, run_id, prepared.policy_class.name)
-            return _Run(self, prepared, drafter, reporter, cancelled or (lambda: False), what_if=request).execute()
+            yield
+
+    def _new_run(self, prepared: Prepared, emit: Emit | None, cancelled: Callable[[], bool] | None, detail: bool,
+                 what_if: WhatIfRequest | None = None) -> "_Run":
+        drafter = self._drafter(prepared.drafter) if prepared.drafter else None
+        reporter = RunReporter(emit or (lambda event: None), detail, self.codec, uuid.uuid4().hex[:12],
+                               prepared.policy_class.name)
+        return _Run(self, prepared, drafter, reporter, cancelled or (lambda: False), what_if=what_if)
 
     def costs_summary(self, context: int) -> CostsSummary:
         """The cost table as read at `context`, for the run's opening event."""

@@ -161,7 +161,6 @@ class RunReporter:
         return {"nodes": nodes, "emitted": emitted, "accepted_path": path, "walk": walk}
 
     def _walk_node(self, result: VerifiedStep, visit: Visit) -> WalkNode:
-        tree = result.tree
         p = result.target_probs(visit.node)  # [V]
         q_of = self._draft_q(result, visit.node)
         residual = self._top_odds(visit.left, q_of) if visit.left is not None else None

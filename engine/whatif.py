@@ -53,6 +53,7 @@ class WhatIfRequest(GenerationRequest):
                 "{before}", {"n": len(prefix), "before": step - 1, "step": step})
         return prefix
 
+
 def check_prefix(prefix: list[int], vocab_size: int) -> None:
     """Every prefix token must be one of the model's: a RequestError names the field."""
     for i, token in enumerate(prefix):
