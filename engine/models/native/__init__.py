@@ -256,13 +256,14 @@ class NativeForward:
             self.lm_head_pairs = pair_rows(lm.lm_head)
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
-                 feature_layers: list[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+                 feature_layers: list[int], cache=None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits [N, V] (bf16) and the residual stream at `feature_layers` ([N, H] each) for x [N, H]
         at rotary `positions` [N], the new keys and values written from cache slot `start` on; `mask`
         [N, M] bool over the last M columns (None: every column visible). x, contiguous, is the
         residual stream the kernel updates in place: pass a tensor of its own (FastLM's gathered
-        embeddings are)."""
-        lm, dims = self.lm, self.dims
+        embeddings are). `cache`: the FastLM session whose KV cache and rotary tables the call reads and
+        writes (None: the one the weights were bound from)."""
+        lm, dims = cache or self.lm, self.dims
         n, hidden, inter = x.shape[0], dims.hidden, dims.inter
         width = (dims.heads + 2 * dims.kv_heads) * dims.head_dim
         new = functools.partial(torch.empty, dtype=torch.bfloat16)
