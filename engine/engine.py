@@ -263,20 +263,19 @@ class _Run:
         """The request alone, prefill to finish."""
         try:
             self.begin()
-            while self.stop is None:
+            while self.ready():
                 self.step_alone()
             return self.finished()
         finally:
             self.release()
 
     def begin(self) -> None:
-        """Reports the start, prefills, and checks whether the run is to stop before its first step."""
+        """Reports the start and prefills."""
         self.began = clock(self.target.device)
         if self.bank is not None:
             self.drafter.use_memory(self.bank.for_policy(self.memory_key))
         self._report_started()
         self.root = self._prefill()
-        self._check_halt()
 
     def step_alone(self) -> None:
         """One step with its own target forward."""
@@ -298,12 +297,14 @@ class _Run:
         if self.bank is not None:
             self.drafter.use_memory(None)
 
-    def _check_halt(self) -> None:
-        """Stops before the next step where the client cancelled, or a what-if's one step is done."""
-        if self.cancelled():
+    def ready(self) -> bool:
+        """Whether the run takes another step: asked before each one, it stops the run where the client
+        cancelled or a what-if's one step is done."""
+        if self.stop is None and self.cancelled():
             self.stop = "cancelled"
-        elif self.what_if and self.steps == self.what_if.step:
+        elif self.stop is None and self.what_if and self.steps == self.what_if.step:
             self.stop = "what_if"
+        return self.stop is None
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
@@ -355,8 +356,6 @@ class _Run:
                                                       prefix_len=self.target.cache_len))
         self.reporter.step_done(result, forwards_now - forwards, times, adjustments)
         self.root, self.stop = accepted.token, stop
-        if stop is None:
-            self._check_halt()
 
     def _draft(self, root: int) -> tuple[DraftTree, dict[int, torch.Tensor]]:
         """Grows the tree, then lets the policy rerank it to the nodes sent to verification."""
