@@ -25,7 +25,12 @@ gpt-fast's model.py:
   it gets when decoded alone, so greedy trees equal ar in bfloat16 too. A
   longer forward (a prompt, a tree past 256 nodes) is cut into calls, which
   gives the same bits; nothing in a run changes path. Float32 stays on
-  torch's ops.
+  torch's ops;
+- `session()` is another cache over the same weights (and kernel), and
+  `forward_batch` runs one item per session in one forward (engine/batch.py):
+  the products once over every session's rows, attention per session over its
+  own cache; in the kernel, `forward_batch` of forward.c, up to 256 rows a call,
+  each session getting the bits of its call alone.
 
 `causal_lm` picks this path where `unsupported_reason` finds nothing, else the
 plain Hugging Face forward, and says so once; `SPECSCOPE_FORWARD` chooses
@@ -200,13 +205,49 @@ class FastLM(LanguageModel):
 
     @torch.inference_mode()
     def forward_batch(self, items: list[BatchItem]) -> list[ForwardOutput]:
-        """Every item over its own session's cache in one lean forward: the products run once over all
-        items' tokens, attention per item under its own mask. The kernel runs them one call each."""
+        """Every item over its own session's cache in one forward: the products run once over all items'
+        tokens, attention per item under its own mask. The kernel takes up to `kernel_max_tokens` rows a
+        call (a longer item runs alone, cut into calls as ever), each item getting its bits alone."""
         assert all(item.lm.layers is self.layers for item in items), "a batch runs sessions of one model"
         shares = [item.lm._share(item) for item in items]
-        if self.kernel:
-            return [item.lm._forward(share) for item, share in zip(items, shares)]
-        return self._lean(shares)
+        if not self.kernel:
+            return self._lean(shares)
+        outputs: dict[int, ForwardOutput] = {}
+        group: list[int] = []
+        for index, share in enumerate(shares):
+            if len(share.tokens) > self.kernel_max_tokens:
+                outputs[index] = share.lm._forward(share)
+                continue
+            if sum(len(shares[i].tokens) for i in group) + len(share.tokens) > self.kernel_max_tokens:
+                outputs.update(self._native_batch(shares, group))
+                group = []
+            group.append(index)
+        outputs.update(self._native_batch(shares, group))
+        return [outputs[index] for index in range(len(shares))]
+
+    def _native_batch(self, shares: list["_Share"], indices: list[int]) -> dict[int, ForwardOutput]:
+        """The shares at `indices` (at most `kernel_max_tokens` rows in all) in one kernel call."""
+        if not indices:
+            return {}
+        chosen = [shares[i] for i in indices]
+        layers = len(self.layers) + 1  # Hugging Face's hidden_states: every layer's input, then the last
+        wanted = sorted({layer % layers for share in chosen for layer in share.hidden_layers})
+        sequences = []
+        for share in chosen:
+            lm, n = share.lm, len(share.tokens)
+            lm._grow(lm.length + n)
+            sequences.append((lm, share.positions, _kernel_rows(share.masked, n, 0, n), lm.length))
+        tokens = [token for share in chosen for token in share.tokens]
+        x = self.embed[torch.tensor(tokens, device=self.device)]  # [ΣN, H]
+        logits, features = self.kernel.batch(x, sequences, wanted)
+        outputs, row = {}, 0
+        for index, share, seen in zip(indices, chosen, features):
+            n = len(share.tokens)
+            share.lm.length += n
+            hidden = tuple(seen[wanted.index(layer % layers)] for layer in share.hidden_layers)
+            outputs[index] = ForwardOutput(logits=logits[row:row + n].float(), hidden=hidden)
+            row += n
+        return outputs
 
     def _share(self, item: BatchItem) -> "_Share":
         """An item as the forward takes it: positions [N] and the masked columns `masked` [N, M] (None:
@@ -268,12 +309,7 @@ class FastLM(LanguageModel):
         logits, features = [], []
         for a in range(0, n, step):
             b = min(n, a + step)
-            if masked is None:
-                rows = torch.ones(b - a, b - a, dtype=torch.bool).tril() if b - a > 1 else None  # causal
-            else:
-                rows = masked[a:b, :max(0, masked.shape[1] - (n - b))]  # [b - a, M'] over the last M' columns
-            if rows is not None and (rows.shape[1] == 0 or bool(rows.all())):
-                rows = None
+            rows = _kernel_rows(masked, n, a, b)
             part, seen = self.kernel(x[a:b], positions[a:b], rows, start + a, wanted, cache=self)
             self.length = start + b
             logits.append(part)
@@ -366,6 +402,18 @@ class _Part:
     rows: slice
     start: int
     attend: dict
+
+
+def _kernel_rows(masked: torch.Tensor | None, n: int, a: int, b: int) -> torch.Tensor | None:
+    """The kernel's mask for rows [a, b) of n new tokens: [b - a, M'] over the last M' columns it has,
+    None where they see every column. `masked` as in `_Share` (None: causal)."""
+    if masked is None:
+        rows = torch.ones(b - a, b - a, dtype=torch.bool).tril() if b - a > 1 else None  # causal
+    else:
+        rows = masked[a:b, :max(0, masked.shape[1] - (n - b))]  # [b - a, M'] over the last M' columns
+    if rows is not None and (rows.shape[1] == 0 or bool(rows.all())):
+        return None
+    return rows
 
 
 def _joined(tensors: list[torch.Tensor]) -> torch.Tensor:
