@@ -8,6 +8,9 @@ The contract:
     leaving: a request leaves at the end of the step that finished it (EOS, max-new-tokens) or, once
         `cancelled()` says so, before its next step: its place is free at the next step (continuous
         batching), and its ticket holds its RunFinished;
+    policies: before each step every policy hears how many requests share its verify forward
+        (`Policy.see_batch`): cast and talon-adaptive read the cost table's rows at that batch, the
+        rows `specscope profile` measures through the same batched forward;
     isolation: each request has its own target session (a KV cache of its own over the one model's
         weights), its own drafter session, policy, generator, tree and suffix-memory scope, and its
         events go to its own `emit` only: they are the events it gets when run alone, but for the
@@ -159,11 +162,13 @@ class Batch:
     def _step_members(self) -> None:
         """Every member that is to go on drafts (the others leave), one forward verifies all the trees,
         every member finishes its step."""
-        drafted: list[tuple[_Member, Drafted]] = []
         for member in list(self._members):
             if not member.run.ready():
                 self._leave(member)
-                continue
+        for member in self._members:  # cost-aware policies read the cost table's rows at this batch
+            member.run.policy.see_batch(len(self._members))
+        drafted: list[tuple[_Member, Drafted]] = []
+        for member in list(self._members):
             try:
                 drafted.append((member, member.run.draft()))
             except Exception as error:

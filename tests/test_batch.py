@@ -224,3 +224,51 @@ def test_a_bfloat16_batch_through_the_native_kernel_is_identical_to_each_run_alo
     chosen = requests(max_new_tokens=16)[:6]
     alone = [bf16.run(request, detail=False, memory=None).tokens for request in chosen]
     assert [finished.tokens for finished in run_batched(bf16, chosen, 4, join_after=2, detail=False)] == alone
+
+
+def test_a_batch_tells_every_policy_how_many_requests_share_its_forward(engine64, monkeypatch):
+    from engine.policies.base import Policy
+
+    seen = []
+    original = Policy.see_batch
+    monkeypatch.setattr(Policy, "see_batch", lambda self, size: (seen.append((self.name, size)), original(self, size)))
+    batch = Batch(engine64, max_batch=3)
+    for request in requests(max_new_tokens=4)[:3]:
+        batch.submit(request, memory=None)
+    batch.step()
+    assert sorted(seen) == sorted((policy, 3) for policy, _ in MIXED[:3])
+
+
+def test_cast_reads_the_cost_rows_of_its_batch_and_verifies_fewer_nodes_where_they_are_dear():
+    """A table whose batch-4 forward grows steeply with n: cast in a batch of 4 sends fewer nodes to
+    verification than alone, and `batch` given as a parameter still wins."""
+    from engine.costs import CostTable
+    from engine.policies import make_policy
+    from engine.policies.base import PolicyContext
+    from test_cast import FLAT, grow
+
+    table = CostTable.linear(0.1, 20.0, draft_lam=0.05, draft_delta=1.0, batches=(1, 4))
+    table.target.ms[1] = [[20.0 + 5.0 * n for n in table.ns] for _ in table.contexts]  # batch 4: dear nodes
+
+    def verified(params: dict, batch: int) -> int:
+        cast = make_policy("cast", {"c3": 1.0, "max_width": 8, "max_depth": 4, **params}, PolicyContext(costs=table))
+        cast.see_batch(batch)
+        tree, _ = grow(cast, FLAT)
+        return len(cast.finalize(tree).keep)
+
+    alone, in_batch = verified({}, 1), verified({}, 4)
+    assert 1 < in_batch < alone
+    assert verified({"batch": 1}, 4) == alone and verified({"batch": 4}, 1) == in_batch
+
+
+def test_the_profile_times_a_batch_through_the_engines_own_batched_forward(monkeypatch):
+    from tools.profile import Grid, measure_model
+
+    lm = FastLM(tiny_llama(3, dtype=torch.float64), kernel=False)
+    calls = []
+    original = FastLM.forward_batch
+    monkeypatch.setattr(FastLM, "forward_batch", lambda self, items: (calls.append(len(items)), original(self, items))[1])
+    table = measure_model(lm, Grid(ns=(1, 4), contexts=(16,), batches=(1, 3), repeats=1, warmup=0))
+    assert len(table) == 2 and all(ms > 0 for row in table[1] for ms in row)
+    assert calls and set(calls) == {3}  # batch 3's rows, one forward of three sessions each; batch 1 runs alone
+    assert lm.cache_len == 0
