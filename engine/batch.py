@@ -40,6 +40,7 @@ from engine.interface import Emit
 from engine.models.base import LanguageModel
 from engine.models.device import clock
 from engine.request import GenerationRequest
+from engine.whatif import WhatIfRequest
 
 DEFAULT_MAX_BATCH = 8
 
@@ -49,9 +50,16 @@ class Ticket:
     """A submitted request's place in the batch: done once it has left, with its result or its error."""
 
     request: GenerationRequest
+    on_done: Callable[["Ticket"], None] | None = None  # called in the driving thread once it is done
     result: RunFinished | None = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+
+    def settle(self, result: RunFinished | None = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+        if self.on_done is not None:
+            self.on_done(self)
 
     def outcome(self, timeout: float | None = None) -> RunFinished:
         """The request's RunFinished once it has left (raising what made it fail)."""
@@ -70,6 +78,7 @@ class _Waiting:
     cancelled: Callable[[], bool] | None
     detail: bool
     bank: MemoryBank | None
+    what_if: WhatIfRequest | None = None
 
 
 @dataclass(eq=False)
@@ -99,13 +108,19 @@ class Batch:
 
     def submit(self, request: GenerationRequest, emit: Emit | None = None,
                cancelled: Callable[[], bool] | None = None, detail: bool = True,
-               memory: MemoryBank | None | Literal["engine"] = "engine") -> Ticket:
-        """Queues a request to join at the next step; arguments as `SpecEngine.run`'s. A RequestError
-        (the request does not fit the engine) is raised here, before it queues."""
+               memory: MemoryBank | None | Literal["engine"] = "engine",
+               on_done: Callable[[Ticket], None] | None = None) -> Ticket:
+        """Queues a request to join at the next step; arguments as `SpecEngine.run`'s (a WhatIfRequest runs its
+        one step as `SpecEngine.what_if` does: in detail, with no suffix memory). `on_done(ticket)` is called
+        in the driving thread once it has left. A RequestError (the request does not fit the engine) is raised
+        here, before it queues."""
         prepared = self.engine.validate(request)
-        ticket = Ticket(request)
+        ticket = Ticket(request, on_done)
+        what_if = request if isinstance(request, WhatIfRequest) else None
+        bank = None if what_if else self.engine.bank_for(memory)
         with self._lock:
-            self._waiting.append(_Waiting(ticket, prepared, emit, cancelled, detail, self.engine.bank_for(memory)))
+            self._waiting.append(_Waiting(ticket, prepared, emit, cancelled, detail or what_if is not None, bank,
+                                          what_if))
         return ticket
 
     @property
@@ -149,8 +164,8 @@ class Batch:
         if name is not None:
             free = self._drafters.get(name)
             drafter = free.pop() if free else self.engine.drafter_session(name)
-        run = self.engine._new_run(prepared, waiting.emit, waiting.cancelled, waiting.detail, bank=waiting.bank,
-                                   target=target, drafter=drafter)
+        run = self.engine._new_run(prepared, waiting.emit, waiting.cancelled, waiting.detail, waiting.what_if,
+                                   bank=waiting.bank, target=target, drafter=drafter)
         member = _Member(waiting.ticket, run, target, drafter, name)
         try:
             run.begin()
@@ -196,7 +211,7 @@ class Batch:
     def _leave(self, member: _Member) -> None:
         """A request that stopped: its last event, its ticket done, its sessions free for the next."""
         try:
-            member.ticket.result = member.run.finished()
+            result = member.run.finished()
         except Exception as error:
             self._fail(member, error)
             return
@@ -204,14 +219,13 @@ class Batch:
         self._targets.append(member.target)
         if member.drafter is not None:
             self._drafters.setdefault(member.drafter_name, []).append(member.drafter)
-        member.ticket.done.set()
+        member.ticket.settle(result)
 
     def _fail(self, member: _Member, error: BaseException) -> None:
         """A request that raised leaves with the error; its sessions, in an unknown state, are dropped."""
         member.run.release()
         self._remove(member)
-        member.ticket.error = error
-        member.ticket.done.set()
+        member.ticket.settle(error=error)
 
     def _remove(self, member: _Member) -> None:
         if member in self._members:
