@@ -272,3 +272,23 @@ def test_the_profile_times_a_batch_through_the_engines_own_batched_forward(monke
     assert len(table) == 2 and all(ms > 0 for row in table[1] for ms in row)
     assert calls and set(calls) == {3}  # batch 3's rows, one forward of three sessions each; batch 1 runs alone
     assert lm.cache_len == 0
+
+
+@pytest.mark.slow
+def test_a_bfloat16_batch_on_the_embedded_model_through_the_kernel_is_identical_to_each_run_alone():
+    """SmolLM2-135M in bfloat16 where the kernel runs: one batched kernel call per step, the hybrid drafter's
+    head sessions drafting beside each other, every output bit for bit the run's alone."""
+    if not cpu_has_the_kernel():
+        pytest.skip(f"the native kernel does not run here: {kernel_unavailable()}")
+    from engine.loading import load_engine
+    from engine.options import EngineOptions
+
+    smol = load_engine(EngineOptions(dtype="bfloat16"))
+    assert smol.forward_name == "native"
+    prompts = ["Write a haiku about trees", "Count from one to twenty.", "Say hi.", "List three colours."]
+    mixed = [("talon", "hybrid"), ("eagle", "hybrid"), ("ar", None), ("chain", "suffix")]
+    chosen = [GenerationRequest(prompt=prompt, policy=policy, drafter=drafter, max_new_tokens=32)
+              for prompt, (policy, drafter) in zip(prompts, mixed)]
+    alone = [smol.run(request, detail=False, memory=None).tokens for request in chosen]
+    batched = run_batched(smol, chosen, max_batch=3, join_after=2, detail=False)
+    assert [finished.tokens for finished in batched] == alone
