@@ -92,3 +92,16 @@ def test_without_a_measured_cost_table_a_server_runs_one_run_at_a_time(engine):
     assert max_batch_of(ServerSettings(), engine) == 1 and max_batch_of(ServerSettings(max_batch=3), engine) == 3
     with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: engine)) as client:
         assert client.app.state.batching is None and client.app.state.line.holders == 1
+
+
+def test_a_what_if_joins_the_batch_and_re_runs_its_step_as_it_ran(batching):
+    from test_app_whatif import RUN, of_step, what_if_of
+
+    with batching.websocket_connect("/ws") as ws:
+        ws.send_json(RUN)
+        run = receive_run(ws)
+        ws.send_json(what_if_of(run, 2))
+        again = receive_run(ws)
+    assert again[0]["type"] == "run_started" and again[0]["what_if_step"] == 2
+    assert {m["step"] for m in again if "step" in m} == {2}
+    assert of_step(again, "text", 2)["tokens"] == of_step(run, "text", 2)["tokens"]
