@@ -94,3 +94,19 @@ def test_bench_batch_list_writes_the_sweep_and_its_chart(tiny_target, capsys, tm
     points = {(c.get("data-policy"), int(c.get("data-batch"))): float(c.get("data-value"))
               for c in chart.iter(f"{SVG}circle") if c.get("data-batch")}
     assert points == {(p.policy, p.batch): pytest.approx(p.speedup_vs_ar, abs=0.005) for p in report.batch_sweep}
+
+
+def test_every_size_of_a_sweep_drafts_from_a_fresh_suffix_memory(tiny_target, capsys, tmp_path, monkeypatch):
+    """No size may draft from another size's answers to the same prompts (a later size would look faster)."""
+    import tools.bench as bench
+
+    banks = []
+    original = bench.run_bench
+    monkeypatch.setattr(bench, "run_bench", lambda *args, memory="engine", **kwargs: (
+        banks.append(memory), original(*args, memory=memory, **kwargs))[1])
+    write_prompts(tmp_path / "q.jsonl", ["w3 w4 w5 w3 w4", "w7 w7 w7"])
+    code, _, _ = run_cli(capsys, "bench", "--prompts", str(tmp_path / "q.jsonl"), "--policies", "ar,talon",
+                         "--max-new-tokens", "8", "--target", tiny_target, "--dtype", "float32",
+                         "--out", str(tmp_path / "out"), "--batch", "1,2")
+    assert code == 0 and len(banks) == 2
+    assert all(bank != "engine" for bank in banks) and banks[0] is not banks[1]

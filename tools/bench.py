@@ -27,7 +27,8 @@ target forward. A policy's tokens/s is then the whole batch's (every request's
 tokens over the groups' wall time), its speedup is against `ar` at the same batch,
 and `tokens_per_s_per_request` is the mean of each request's own speed; the
 per-prompt rows read each request's own time. `--batch 1,2,4` runs the whole bench
-at each size and adds the sweep (`batch_sweep`, the speedup-against-batch chart);
+at each size, each with a fresh suffix memory (no size drafts from another's answers),
+and adds the sweep (`batch_sweep`, the speedup-against-batch chart);
 results.json holds the first size's report and batch-B/ each other size's.
 `--batch 1` is the bench as it always was.
 
@@ -175,10 +176,11 @@ def _round_robin(groups: list[list[Any]]) -> list[Any]:
 
 def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs: list[PolicySpec],
               max_new_tokens: int, temperature: float = 0.0, seed: int = 0, drafter: str | None = None,
-              progress: bool = True, passes: int = 1, batch: int = 1) -> BenchReport:
+              progress: bool = True, passes: int = 1, batch: int = 1, memory: Any = "engine") -> BenchReport:
     """Runs every spec on every prompt (`ar` added first if missing) and summarises against `ar`; `passes`
     beyond the first run the drafting specs over the prompts again (`repeated`); `batch` > 1 runs them
-    that many at a time through one batch (`_run_group`)."""
+    that many at a time through one batch (`_run_group`). `memory`: the suffix memory the runs draft from and
+    join (the engine's own by default; `Engine.run`'s argument)."""
     prompts = [Prompt(*prompt) for prompt in prompts]
     if not any(spec.policy == "ar" for spec in specs):
         specs = [PolicySpec("ar", "ar", {})] + specs
@@ -199,9 +201,9 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
             group = prompts[start:start + batch]
             for tally, breakdown in zip(round_tallies, round_breakdowns):
                 if runner is None:
-                    _run_one(engine, tally, breakdown, group[0], max_new_tokens, temperature, seed, drafter)
+                    _run_one(engine, tally, breakdown, group[0], max_new_tokens, temperature, seed, drafter, memory)
                 else:
-                    _run_group(runner, tally, breakdown, group, max_new_tokens, temperature, seed, drafter)
+                    _run_group(runner, tally, breakdown, group, max_new_tokens, temperature, seed, drafter, memory)
                 bar.update(len(group))
     bar.close()
     tallies, breakdowns = sum(tallies, []), sum(breakdowns, [])
@@ -231,7 +233,7 @@ def repeated(specs: list[PolicySpec], number: int) -> list[PolicySpec]:
 
 
 def _run_one(engine: SpecEngine, tally: Tally, breakdown: Breakdown, prompt: Prompt, max_new_tokens: int,
-             temperature: float, seed: int, drafter: str | None) -> None:
+             temperature: float, seed: int, drafter: str | None, memory: Any = "engine") -> None:
     """One spec on one prompt, counted in its tally and breakdown."""
     if tally.external:
         tokens, wall_s = run_hf_baseline(engine, tally.spec.policy, prompt.text, max_new_tokens)
@@ -239,20 +241,21 @@ def _run_one(engine: SpecEngine, tally: Tally, breakdown: Breakdown, prompt: Pro
         breakdown.add_row(prompt.question_id, prompt.category, len(tokens), wall_s, steps=None)
         return
     request = _request(tally.spec, prompt, max_new_tokens, temperature, seed, drafter)
-    result = engine.run(request, detail=False, emit=_step_recorder(breakdown))
+    result = engine.run(request, detail=False, emit=_step_recorder(breakdown), memory=memory)
     tally.add(prompt.question_id, result)
     breakdown.add_row(prompt.question_id, prompt.category, result.new_tokens, result.wall_s, result.steps)
     tally.params = tally.params or engine.validate(request).params.model_dump()
 
 
 def _run_group(runner: Batch, tally: Tally, breakdown: Breakdown, group: list[Prompt], max_new_tokens: int,
-               temperature: float, seed: int, drafter: str | None) -> None:
+               temperature: float, seed: int, drafter: str | None, memory: Any = "engine") -> None:
     """One spec on a group of prompts through one batch: all join at once, each leaves when done; the
     group's wall time is counted once, each request's own time in its row."""
     requests = [_request(tally.spec, prompt, max_new_tokens, temperature, seed, drafter) for prompt in group]
     device = runner.engine.target.device
     began = clock(device)
-    tickets = [runner.submit(request, emit=_step_recorder(breakdown), detail=False) for request in requests]
+    tickets = [runner.submit(request, emit=_step_recorder(breakdown), detail=False, memory=memory)
+               for request in requests]
     runner.run()
     wall_s = clock(device) - began
     for i, (prompt, ticket) in enumerate(zip(group, tickets)):
@@ -452,8 +455,10 @@ def command(args: argparse.Namespace) -> int:
     if args.record_default and sizes[0] != 1:
         raise RequestError("--record-default records the fastest policy of one request at a time: start --batch "
                            "with 1", field="batch")
+    # A sweep gives every size a fresh suffix memory: no size drafts from another size's answers to the same prompts.
     reports = [run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter,
-                         passes=args.passes, batch=size) for size in sizes]
+                         passes=args.passes, batch=size, memory=engine.new_memory() if len(sizes) > 1 else "engine")
+               for size in sizes]
     for each in reports:
         each.source = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
         each.note = args.note
