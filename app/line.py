@@ -1,4 +1,7 @@
-"""One model, many clients: runs take turns in arrival order, and waiting ones learn their place."""
+"""One model, many clients: runs take turns in arrival order, and waiting ones learn their place.
+
+With `places` > 1 (the server's `max_batch`) that many runs hold the model at once, decoded together
+in one batch (app/batching.py); the rest wait in line as ever."""
 
 from __future__ import annotations
 
@@ -20,16 +23,19 @@ class _Ticket:
 
 
 class RunLine:
-    """A fair FIFO turn for the single engine, with positions for the waiting.
+    """A fair FIFO turn for the engine, with positions for the waiting.
 
     `max_waiting` bounds the line; `max_per_client` bounds the places (waiting or
-    holding the model) one client address may take, so no client fills the line.
+    holding the model) one client address may take, so no client fills the line;
+    `holders` runs hold the model at once (1: one run at a time).
     """
 
-    def __init__(self, max_waiting: int = 16, max_per_client: int | None = None):
+    def __init__(self, max_waiting: int = 16, max_per_client: int | None = None, holders: int = 1):
+        assert holders >= 1, holders
         self.max_waiting = max_waiting
         self.max_per_client = max_per_client
-        self._holder: _Ticket | None = None
+        self.holders = holders
+        self._holders: list[_Ticket] = []
         self._waiting: list[_Ticket] = []
         self._places: Counter = Counter()
 
@@ -39,7 +45,13 @@ class RunLine:
 
     @property
     def busy(self) -> bool:
-        return self._holder is not None
+        """Every place at the model is taken."""
+        return len(self._holders) >= self.holders
+
+    @property
+    def holding(self) -> int:
+        """Runs holding the model now."""
+        return len(self._holders)
 
     def places(self, client: Hashable) -> int:
         return self._places[client]
@@ -72,8 +84,8 @@ class RunLine:
         return ticket
 
     def _leave(self, ticket: _Ticket) -> None:
-        if ticket is self._holder:
-            self._holder = None
+        if ticket in self._holders:
+            self._holders.remove(ticket)
         elif ticket in self._waiting:
             self._waiting.remove(ticket)
         self._places[ticket.client] -= 1
@@ -82,9 +94,9 @@ class RunLine:
         self._advance()
 
     def _advance(self) -> None:
-        if self._holder is None and self._waiting:
-            self._holder = self._waiting.pop(0)
-            self._holder.ready.set()
-        for ticket in [self._holder, *self._waiting]:
-            if ticket is not None:
-                ticket.moved.set()
+        while len(self._holders) < self.holders and self._waiting:
+            holder = self._waiting.pop(0)
+            self._holders.append(holder)
+            holder.ready.set()
+        for ticket in [*self._holders, *self._waiting]:
+            ticket.moved.set()

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from app.apidocs import router as apidocs_router
+from app.batching import BatchDriver
 from app.line import RunLine
 from app.pages import router as pages_router
 from app.security import AllowList, HostGuard, SecurityHeaders
@@ -32,6 +33,13 @@ def load_configured_engine(settings: ServerSettings) -> Engine:
     return load_engine(settings.engine_options())
 
 
+def max_batch_of(settings: ServerSettings, engine: Engine | None) -> int:
+    """Runs decoded together: `max_batch` where set, else the engine's default (the cost table's), else 1."""
+    if engine is None:
+        return 1
+    return settings.max_batch or getattr(engine, "default_max_batch", 1)
+
+
 def create_app(settings: ServerSettings | None = None, engine_factory: EngineFactory = load_configured_engine) -> FastAPI:
     settings = settings or ServerSettings()
 
@@ -39,11 +47,14 @@ def create_app(settings: ServerSettings | None = None, engine_factory: EngineFac
     async def lifespan(app: FastAPI):
         app.state.settings = settings
         app.state.engine = None if settings.replay_only else engine_factory(settings)
-        app.state.line = RunLine(settings.max_waiting, settings.max_runs_per_client)
+        max_batch = max_batch_of(settings, app.state.engine)
+        app.state.line = RunLine(settings.max_waiting, settings.max_runs_per_client, holders=max_batch)
         app.state.connections = Counter()  # open sockets per client address
         app.state.stopping = threading.Event()  # set at shutdown: every run stops at its next step
-        # One worker: the model serves one run at a time, and torch state stays on one thread.
+        # One worker: the model serves one run (or one batch of runs) at a time, and torch state stays on one thread.
         app.state.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specscope-engine")
+        app.state.batching = (BatchDriver(app.state.engine, app.state.executor, max_batch)
+                              if max_batch > 1 else None)
         try:
             yield
         finally:

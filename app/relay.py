@@ -25,7 +25,7 @@ import time
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel
 
@@ -34,6 +34,9 @@ from engine.events import RunError, RunFinished
 from engine.interface import Engine
 from engine.request import GenerationRequest
 from engine.whatif import WhatIfRequest
+
+if TYPE_CHECKING:
+    from app.batching import BatchDriver
 
 log = logging.getLogger("specscope.app")
 
@@ -189,10 +192,11 @@ class RunControl:
 
 
 async def relay_run(engine: Engine, executor: Executor, request: GenerationRequest, control: RunControl,
-                    outbox: Outbox, memory: Any = "engine") -> None:
+                    outbox: Outbox, memory: Any = "engine", batching: "BatchDriver | None" = None) -> None:
     """Runs one request in the worker thread, its events going into `outbox`; returns when the engine
     has finished, while the client may still be reading. Engine errors (a RequestError) propagate.
-    `memory`: the suffix memory the run drafts from (`Engine.run`'s)."""
+    `memory`: the suffix memory the run drafts from (`Engine.run`'s). With `batching` the run joins the
+    server's batch (app/batching.py) and shares its verify forwards with the other runs in it."""
     loop = asyncio.get_running_loop()
 
     def emit(event: BaseModel) -> None:
@@ -206,7 +210,10 @@ async def relay_run(engine: Engine, executor: Executor, request: GenerationReque
         return engine.run(request, emit, control.cancelled, memory=memory)
 
     control.start_clock()
-    future = loop.run_in_executor(executor, work)
+    if batching is not None:
+        future = batching.submit(request, emit, control.cancelled, memory)
+    else:
+        future = loop.run_in_executor(executor, work)
     try:
         finished = await asyncio.shield(future)
     except asyncio.CancelledError:

@@ -9,7 +9,8 @@ from typing import Any
 from app.settings import ServerSettings
 from engine.options import EngineOptions
 
-_SERVER_OPTIONS = ("host", "port", "replay_only", "allowed_hosts", "api_docs", "max_run_tokens", "max_run_seconds")
+_SERVER_OPTIONS = ("host", "port", "replay_only", "allowed_hosts", "api_docs", "max_run_tokens", "max_run_seconds",
+                   "max_batch")
 MAX_MESSAGE_BYTES = 1 << 20  # a client message is a prompt of at most 32000 characters and a few fields
 
 log = logging.getLogger("specscope.app")
@@ -27,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"{fields['max_run_tokens'].description} (default {fields['max_run_tokens'].default})")
     parser.add_argument("--max-run-seconds", type=float, metavar="S",
                         help=f"{fields['max_run_seconds'].description} (default {fields['max_run_seconds'].default:g})")
+    parser.add_argument("--max-batch", type=int, metavar="B", help=fields["max_batch"].description)
     EngineOptions.add_arguments(parser)
 
 

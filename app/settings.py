@@ -21,6 +21,10 @@ class ServerSettings(BaseSettings, EngineOptions):
     port: int = Field(8000, ge=1, le=65535, description="port to listen on")
     replay_only: bool = Field(False, description="load no model: the page replays shipped traces only")
     max_waiting: int = Field(16, ge=1, description="runs allowed to wait in line before new ones are refused")
+    max_batch: int | None = Field(None, ge=1, le=64,
+                                  description="runs decoded together, their trees verified in one forward "
+                                              "(engine/batch.py); default: the largest batch the cost table "
+                                              "measured, 1 (one run at a time) where none was")
 
     # Who may drive the model (docs/websocket.md, "Limits").
     allowed_hosts: Annotated[list[str], NoDecode] = Field(

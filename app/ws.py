@@ -207,7 +207,8 @@ class ClientSession:
         try:
             async with self.state.line.turn(tell_position, client=self.address):
                 run.started = True
-                await relay_run(self.state.engine, self.state.executor, request, run.control, outbox, self.memory)
+                await relay_run(self.state.engine, self.state.executor, request, run.control, outbox, self.memory,
+                                self.state.batching)
         except LineFull as err:
             outbox.put(error_event(str(err), None, request.policy or ""))
         except SpecscopeError as err:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import TYPE_CHECKING, Callable, Iterator, Literal
 
 import torch
 
@@ -30,7 +30,7 @@ from engine.drafting import Draft, grow_tree
 from engine.errors import RequestError
 from engine.events import CostsSummary, RunFinished
 from engine.interface import Emit, EngineInfo
-from engine.models.base import LanguageModel
+from engine.models.base import BatchItem, ForwardOutput, LanguageModel
 from engine.models.codec import Codec
 from engine.models.device import clock, one_torch_thread
 from engine.policies import DEFAULT_POLICY, POLICIES, policy_class, policy_params
@@ -41,6 +41,9 @@ from engine.sampling import probs_from_logits
 from engine.timing import Timings
 from engine.tree import DraftTree, position_ids, tree_attention_allowed
 from engine.whatif import WhatIfRequest, check_prefix
+
+if TYPE_CHECKING:
+    from engine.batch import Batch
 
 
 @dataclass
@@ -152,19 +155,12 @@ class SpecEngine:
         `memory`: the earlier requests the drafts may copy from, and where this one is remembered
         (the engine's own bank by default; None: none, and this run is not remembered)."""
         prepared = self.validate(request)
-        bank = self.memory if memory == "engine" else memory
         with self._turn():
-            run = self._new_run(prepared, emit, cancelled, detail)
-            if run.drafter is None or bank is None:
-                return run.execute()
-            key = memory_key(prepared.policy)
-            run.drafter.use_memory(bank.for_policy(key))
-            try:
-                finished = run.execute()
-            finally:
-                run.drafter.use_memory(None)
-            bank.remember(key, prepared.prompt_ids, run.generated)
-            return finished
+            return self._new_run(prepared, emit, cancelled, detail, bank=self.bank_for(memory)).execute()
+
+    def bank_for(self, memory: MemoryBank | None | Literal["engine"]) -> MemoryBank | None:
+        """The suffix memory a run's `memory` argument names: "engine" is the engine's own."""
+        return self.memory if memory == "engine" else memory
 
     def what_if(self, request: WhatIfRequest, emit: Emit | None = None,
                 cancelled: Callable[[], bool] | None = None) -> RunFinished:
@@ -176,6 +172,18 @@ class SpecEngine:
         with self._turn():
             return self._new_run(prepared, emit, cancelled, True, what_if=request).execute()
 
+    def batch(self, max_batch: int) -> "Batch":
+        """A batch scheduler over this engine (engine/batch.py): up to `max_batch` requests decoded together."""
+        from engine.batch import Batch  # engine/batch.py builds on this module
+
+        return Batch(self, max_batch)
+
+    @property
+    def default_max_batch(self) -> int:
+        """How many requests a server batches by default: the largest batch the cost table measured (its rows
+        are what cast and talon-adaptive read in a batch); 1 where nothing was measured."""
+        return max(self.costs.batches) if self.costs.measured else 1
+
     @contextmanager
     def _turn(self) -> Iterator[None]:
         """The model for one run: the engine's lock, and torch's own small ops on one thread beside the
@@ -184,11 +192,15 @@ class SpecEngine:
             yield
 
     def _new_run(self, prepared: Prepared, emit: Emit | None, cancelled: Callable[[], bool] | None, detail: bool,
-                 what_if: WhatIfRequest | None = None) -> "_Run":
-        drafter = self._drafter(prepared.drafter) if prepared.drafter else None
+                 what_if: WhatIfRequest | None = None, bank: MemoryBank | None = None,
+                 target: LanguageModel | None = None, drafter: Drafter | None = None) -> "_Run":
+        """A run of one request: on the engine's own target and drafter, or (a batch's) on a session of each."""
+        if drafter is None and prepared.drafter:
+            drafter = self._drafter(prepared.drafter)
         reporter = RunReporter(emit or (lambda event: None), detail, self.codec, uuid.uuid4().hex[:12],
                                prepared.policy_class.name)
-        return _Run(self, prepared, drafter, reporter, cancelled or (lambda: False), what_if=what_if)
+        return _Run(self, prepared, drafter, reporter, cancelled or (lambda: False), what_if=what_if, bank=bank,
+                    target=target)
 
     def costs_summary(self, context: int) -> CostsSummary:
         """The cost table as read at `context`, for the run's opening event."""
@@ -197,6 +209,10 @@ class SpecEngine:
         return CostsSummary(source=table.target.source, context=measured, ns=list(table.ns),
                             target_ms=[table.verify_cost(n, measured) for n in table.ns],
                             draft_ms=[table.draft_cost(n, measured) for n in table.ns])
+
+    def drafter_session(self, name: str) -> Drafter:
+        """A drafter of this name with state of its own (its models shared with the engine's), for a batch."""
+        return self._drafter(name).session()
 
     def _drafter(self, name: str) -> Drafter:
         """Drafters are built once (a draft LM's weights are shared) and restarted per run."""
@@ -211,13 +227,33 @@ def memory_key(policy: Policy) -> str:
     return f"{policy.name}:{policy.params.model_dump_json()}"
 
 
+@dataclass
+class Drafted:
+    """A step's first half, drafted and waiting for its verify forward: the tree, the draft's q at its
+    sampled nodes, the target forward it asks for, and the drafting's clock."""
+
+    tree: DraftTree
+    dists: dict[int, torch.Tensor]  # node -> [V]
+    verify: BatchItem  # the tree as one item of a (batched) target forward
+    meter: tuple[int, float]  # the drafter's forwards and ms before this step
+    started: float  # clock readings: the step began, drafting ended
+    drafted: float
+
+
 class _Run:
-    """One request's generation: the state that lives from prefill to the last step."""
+    """One request's generation: the state that lives from prefill to the last step.
+
+    A step has two halves around the target's forward: `draft` grows the tree and says what to verify,
+    `finish` walks the verified tree, commits, reports and tells the policy. `execute` runs the request
+    alone (`step_alone`); a batch (engine/batch.py) drafts every run's step, verifies all in one forward
+    and finishes each, through the same two halves.
+    """
 
     def __init__(self, engine: SpecEngine, prepared: Prepared, drafter: Drafter | None, reporter: RunReporter,
-                 cancelled: Callable[[], bool], what_if: WhatIfRequest | None = None):
+                 cancelled: Callable[[], bool], what_if: WhatIfRequest | None = None,
+                 bank: MemoryBank | None = None, target: LanguageModel | None = None):
         self.engine = engine
-        self.target = engine.target
+        self.target = target or engine.target  # a batch's run has a session of its own
         self.request = prepared.request
         self.policy = prepared.policy
         self.prompt_ids = prepared.prompt_ids
@@ -230,22 +266,60 @@ class _Run:
         self.generated: list[int] = list(what_if.prefix) if what_if else []
         self.steps = what_if.step - 1 if what_if else 0
         self.prefix_len = len(self.generated)
+        # The suffix memory this run drafts from and is remembered in (None: none); keyed by its policy.
+        self.bank = bank if drafter is not None else None
+        self.memory_key = memory_key(self.policy) if self.bank is not None else None
+        self.root: int | None = None  # the next step's root: the last token emitted
+        self.stop: str | None = None  # why generation stopped, once it has
+        self.began = 0.0
         reporter.resume_after(self.generated)
 
     def execute(self) -> RunFinished:
-        began = clock(self.target.device)
+        """The request alone, prefill to finish."""
+        try:
+            self.begin()
+            while self.ready():
+                self.step_alone()
+            return self.finished()
+        finally:
+            self.release()
+
+    def begin(self) -> None:
+        """Reports the start and prefills."""
+        self.began = clock(self.target.device)
+        if self.bank is not None:
+            self.drafter.use_memory(self.bank.for_policy(self.memory_key))
         self._report_started()
-        root = self._prefill()
-        stop = None
-        while stop is None:
-            if self.cancelled():
-                stop = "cancelled"
-                break
-            if self.what_if and self.steps == self.what_if.step:
-                stop = "what_if"  # its one step is done
-                break
-            root, stop = self._step(root)
-        return self.reporter.finished(stop, clock(self.target.device) - began, self.generated[self.prefix_len:])
+        self.root = self._prefill()
+
+    def step_alone(self) -> None:
+        """One step with its own target forward."""
+        drafted = self.draft()
+        out = drafted.verify.run_alone()
+        self.finish(drafted, out, (clock(self.target.device) - drafted.drafted) * 1000)
+
+    def finished(self) -> RunFinished:
+        """The run's last event; then it leaves its suffix memory, remembered there."""
+        result = self.reporter.finished(self.stop, clock(self.target.device) - self.began,
+                                        self.generated[self.prefix_len:])
+        self.release()
+        if self.bank is not None:
+            self.bank.remember(self.memory_key, self.prompt_ids, self.generated)
+        return result
+
+    def release(self) -> None:
+        """Takes the suffix memory back from the drafter (which may draft for another run next)."""
+        if self.bank is not None:
+            self.drafter.use_memory(None)
+
+    def ready(self) -> bool:
+        """Whether the run takes another step: asked before each one, it stops the run where the client
+        cancelled or a what-if's one step is done."""
+        if self.stop is None and self.cancelled():
+            self.stop = "cancelled"
+        elif self.stop is None and self.what_if and self.steps == self.what_if.step:
+            self.stop = "what_if"
+        return self.stop is None
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
@@ -264,31 +338,39 @@ class _Run:
             self.drafter.start(list(context), features)
         return context[-1]
 
-    def _step(self, root: int) -> tuple[int, str | None]:
-        """Draft → verify → accept → commit; returns the next root and why generation stops, if it does."""
+    def draft(self) -> Drafted:
+        """The step's first half: grows and reranks the tree, and says which forward verifies it."""
         self.steps += 1
         device = self.target.device
-        forwards, forward_ms = self.drafter.meter.reading() if self.drafter else (0, 0.0)
+        meter = self.drafter.meter.reading() if self.drafter else (0, 0.0)
         started = clock(device)
-        tree, dists = self._draft(root)
+        tree, dists = self._draft(self.root)
         drafted = clock(device)
-        logits, features = self._verify(tree)
+        return Drafted(tree, dists, self._verify_item(tree), meter, started, drafted)
+
+    def finish(self, drafted: Drafted, out: ForwardOutput, verify_ms: float) -> None:
+        """The step's second half, given the target's forward over the tree (`verify_ms` its time): accept →
+        commit → report; sets the next root, and `stop` where generation ends."""
+        device = self.target.device
         verified = clock(device)
-        accepted, probs = self._accept(tree, logits, dists)
+        tree = drafted.tree
+        features = torch.cat(out.hidden, dim=-1) if out.hidden else None  # [T, F]
+        accepted, probs = self._accept(tree, out.logits, drafted.dists)
         emitted = [tree.token[i] for i in accepted.path[1:]] + [accepted.token]
         self._commit(tree, accepted, emitted, features)
         kept, stop = self._truncate(emitted)
         self.generated.extend(kept)
-        result = VerifiedStep(self.steps, tree, accepted, kept, self.generated, probs, dists)
+        result = VerifiedStep(self.steps, tree, accepted, kept, self.generated, probs, drafted.dists)
         self.reporter.verified(result, final=stop is not None)
         forwards_now, forward_ms_now = self.drafter.meter.reading() if self.drafter else (0, 0.0)
-        times = Timings(draft_ms=(drafted - started) * 1000, draft_forward_ms=forward_ms_now - forward_ms,
-                        verify_ms=(verified - drafted) * 1000, other_ms=(clock(device) - verified) * 1000)
+        forwards, forward_ms = drafted.meter
+        times = Timings(draft_ms=(drafted.drafted - drafted.started) * 1000, draft_forward_ms=forward_ms_now - forward_ms,
+                        verify_ms=verify_ms, other_ms=(clock(device) - verified) * 1000)
         adjustments = self.policy.observe(StepOutcome(tree_size=len(tree) - 1, depth=tree.max_depth,
                                                       accepted=len(accepted.path) - 1, times=times,
                                                       prefix_len=self.target.cache_len))
         self.reporter.step_done(result, forwards_now - forwards, times, adjustments)
-        return accepted.token, stop
+        self.root, self.stop = accepted.token, stop
 
     def _draft(self, root: int) -> tuple[DraftTree, dict[int, torch.Tensor]]:
         """Grows the tree, then lets the policy rerank it to the nodes sent to verification."""
@@ -311,17 +393,13 @@ class _Run:
         context_left = self.target.max_length - self.target.cache_len - 1
         return max(0, min(left, context_left))
 
-    def _verify(self, tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One target forward over every node: logits [T, V] and features [T, F] if the drafter reads them."""
-        prefix = self.target.cache_len
+    def _verify_item(self, tree: DraftTree) -> BatchItem:
+        """The target forward over every node: a one-node tree is a chain, a larger one a tree under its mask."""
         if len(tree) == 1:
-            out = self.target.forward_chain(tree.token, hidden_layers=self.feature_layers)
-        else:
-            allowed = tree_attention_allowed(tree.parent, prefix)  # [T, P + T]
-            out = self.target.forward_tree(tree.token, position_ids(tree.depth, prefix), allowed,
-                                           hidden_layers=self.feature_layers)
-        features = torch.cat(out.hidden, dim=-1) if out.hidden else None
-        return out.logits, features
+            return BatchItem(self.target, tree.token, hidden_layers=self.feature_layers)
+        prefix = self.target.cache_len
+        allowed = tree_attention_allowed(tree.parent, prefix)  # [T, P + T]
+        return BatchItem(self.target, tree.token, position_ids(tree.depth, prefix), allowed, self.feature_layers)
 
     def _accept(self, tree: DraftTree, logits: torch.Tensor, dists: dict[int, torch.Tensor]
                 ) -> tuple[Acceptance, Callable[[int], torch.Tensor]]:

@@ -181,6 +181,9 @@ def test_a_kernel_whose_structs_differ_from_their_mirrors_is_refused_at_load():
         def native_head_struct_size(self, size):
             size._obj.value = 64
 
+        def native_sequence_struct_size(self, size):
+            size._obj.value = 16
+
     with pytest.raises(native.NativeUnavailable, match="do not match their ctypes mirrors"):
         native._checked(Stale())
 
@@ -375,3 +378,54 @@ def test_the_kernels_top_k_and_log_sum_exp_are_torchs_on_bfloat16_rows(vocab, k)
         assert indices[r].tolist() == order, r
         assert torch.equal(values[r], exact[r, order])
     assert torch.allclose(lse, torch.logsumexp(exact, dim=-1), rtol=2e-6, atol=0)
+
+
+@needs_kernel
+def test_a_batched_kernel_call_gives_every_sequence_the_bits_of_its_call_alone(kernel_path):
+    """B sessions with caches of different lengths, a chain and trees of different sizes, in one call
+    (weights read once for all): each sequence's logits, features and cache are those of its call alone."""
+    from engine.models.base import BatchItem
+
+    lm, _, _ = lms()
+    contexts = [[5, 6, 7], list(range(20, 61)), [9] * 17, [4]]
+    shapes = [None, random_tree(size=9, vocab=200, seed=1), random_tree(size=30, vocab=200, seed=2),
+              random_tree(size=2, vocab=200, seed=4)]
+
+    def items_for(sessions):
+        items = []
+        for session, tree in zip(sessions, shapes):
+            if tree is None:
+                items.append(BatchItem(session, [1, 2, 3], hidden_layers=(0, -1)))
+            else:
+                prefix = session.cache_len
+                items.append(BatchItem(session, tree.token, position_ids(tree.depth, prefix),
+                                       tree_attention_allowed(tree.parent, prefix), (1, 2)))
+        return items
+
+    def fresh_sessions():
+        sessions = [lm.session() for _ in contexts]
+        for session, context in zip(sessions, contexts):
+            session.forward_chain(context)
+        return sessions
+
+    alone_sessions = fresh_sessions()
+    alone = [item.run_alone() for item in items_for(alone_sessions)]
+    sessions = fresh_sessions()
+    batched = lm.forward_batch(items_for(sessions))
+    for one, many, by_itself, together in zip(alone, batched, alone_sessions, sessions):
+        assert torch.equal(one.logits, many.logits)
+        assert len(one.hidden) == len(many.hidden) and all(torch.equal(a, b) for a, b in zip(one.hidden, many.hidden))
+        assert by_itself.cache_len == together.cache_len
+        assert torch.equal(by_itself.kv[:, :, :, :by_itself.cache_len], together.kv[:, :, :, :together.cache_len])
+
+
+@needs_kernel
+def test_a_batched_kernel_call_checks_every_sequence_at_its_boundary():
+    lm, _, _ = lms()
+    good, bad = lm.session(), lm.session()
+    x = lm.embed[:2].clone()
+    fits = (good, torch.tensor([0]), None, 0)
+    with pytest.raises(RuntimeError, match="past the cache's capacity"):
+        lm.kernel.batch(x, [fits, (bad, torch.tensor([0]), None, bad.capacity)], [])
+    with pytest.raises(RuntimeError, match="rotary position outside the cache"):
+        lm.kernel.batch(x, [fits, (bad, torch.tensor([bad.capacity]), None, 0)], [])

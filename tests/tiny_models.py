@@ -130,6 +130,11 @@ class CopyLM(CachedLM):
         contexts = [[t for t, seen in zip(self.tokens, row) if seen] for row in allowed.tolist()]
         return self._output(contexts, tokens, hidden_layers)
 
+    def session(self) -> "CopyLM":
+        other = copy.copy(self)
+        other.reset()
+        return other
+
     def keep(self, positions: list[int]) -> None:
         self.tokens = [self.tokens[p] for p in positions]
 

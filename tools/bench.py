@@ -20,6 +20,18 @@ most), per-depth acceptance and tokens per step from the same step records, and
 the engine's cost table's curve, so that the charts (`--plots`, tools/plots.py)
 need nothing but results.json.
 
+`--batch B` runs the prompts B at a time through the engine's batch scheduler
+(engine/batch.py): each policy takes a group of B prompts in turn, all B join one
+batch and each leaves when done, so every step verifies the group's trees in one
+target forward. A policy's tokens/s is then the whole batch's (every request's
+tokens over the groups' wall time), its speedup is against `ar` at the same batch,
+and `tokens_per_s_per_request` is the mean of each request's own speed; the
+per-prompt rows read each request's own time. `--batch 1,2,4` runs the whole bench
+at each size, each with a fresh suffix memory (no size drafts from another's answers),
+and adds the sweep (`batch_sweep`, the speedup-against-batch chart);
+results.json holds the first size's report and batch-B/ each other size's.
+`--batch 1` is the bench as it always was.
+
 This module runs the bench; the report's records and summaries are tools/report.py,
 its markdown tools/report_markdown.py.
 """
@@ -38,11 +50,13 @@ from typing import Any, NamedTuple
 import torch
 from tqdm import tqdm
 
+from engine.batch import Batch
 from engine.costs import record_fastest
 from engine.engine import SpecEngine
 from engine.errors import RequestError
 from engine.events import RunFinished, StepMetrics
 from engine.loading import load_engine
+from engine.models.device import clock
 from engine.options import EngineOptions
 from engine import policies
 from engine.policies import POLICIES
@@ -50,8 +64,8 @@ from engine.request import GenerationRequest
 from engine.timing import Timings
 from tools.hf_baseline import is_hf_baseline, run_hf_baseline
 from tools.plots import write_plots
-from tools.report import (REPORT_VERSION, BenchReport, Breakdown, Divergence, PolicyResult, broken_down, cost_curve,
-                          report_json)
+from tools.report import (REPORT_VERSION, BatchPoint, BenchReport, Breakdown, Divergence, PolicyResult, broken_down,
+                          cost_curve, report_json)
 from tools.report_markdown import markdown_table
 
 
@@ -81,6 +95,7 @@ class Tally:
     times: Timings = field(default_factory=Timings)
     c_values: list[float] = field(default_factory=list)
     outputs: dict[Any, list[int]] = field(default_factory=dict)
+    request_speeds: list[float] = field(default_factory=list)  # each request's own tokens/s
 
     @property
     def external(self) -> bool:
@@ -92,11 +107,14 @@ class Tally:
         self.wall_s += wall_s
         self.outputs[question_id] = tokens
 
-    def add(self, question_id: Any, result: RunFinished) -> None:
+    def add(self, question_id: Any, result: RunFinished, counted_s: float | None = None) -> None:
+        """One request's run; `counted_s`: the time it adds to the policy's (a batch's group counts its wall
+        time once, on its first request), its own by default."""
         self.new_tokens += result.new_tokens
         self.steps += result.steps
         self.draft_forwards += result.delta * result.steps
-        self.wall_s += result.wall_s
+        self.wall_s += result.wall_s if counted_s is None else counted_s
+        self.request_speeds.append(result.tokens_per_s)
         self.times = self.times + Timings.of(result)
         if result.c is not None:
             self.c_values.append(result.c)
@@ -158,24 +176,35 @@ def _round_robin(groups: list[list[Any]]) -> list[Any]:
 
 def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs: list[PolicySpec],
               max_new_tokens: int, temperature: float = 0.0, seed: int = 0, drafter: str | None = None,
-              progress: bool = True, passes: int = 1) -> BenchReport:
+              progress: bool = True, passes: int = 1, batch: int = 1, memory: Any = "engine") -> BenchReport:
     """Runs every spec on every prompt (`ar` added first if missing) and summarises against `ar`; `passes`
-    beyond the first run the drafting specs over the prompts again (`repeated`)."""
+    beyond the first run the drafting specs over the prompts again (`repeated`); `batch` > 1 runs them
+    that many at a time through one batch (`_run_group`). `memory`: the suffix memory the runs draft from and
+    join (the engine's own by default; `Engine.run`'s argument)."""
     prompts = [Prompt(*prompt) for prompt in prompts]
     if not any(spec.policy == "ar" for spec in specs):
         specs = [PolicySpec("ar", "ar", {})] + specs
     if temperature > 0 and any(is_hf_baseline(spec.policy) for spec in specs):
         raise RequestError("the Hugging Face baselines decode greedily: use temperature 0", field="policies")
+    if batch < 1:
+        raise RequestError(f"--batch {batch}: at least 1", field="batch")
+    if batch > 1 and any(is_hf_baseline(spec.policy) for spec in specs):
+        raise RequestError("the Hugging Face baselines decode one request at a time: use --batch 1", field="policies")
+    runner = Batch(engine, max_batch=batch) if batch > 1 else None
     rounds = [specs] + [repeated(specs, number) for number in range(2, passes + 1)]
     tallies = [[Tally(spec) for spec in round_specs] for round_specs in rounds]
     breakdowns = [[Breakdown() for _ in round_specs] for round_specs in rounds]
-    _warm_up(engine, specs, drafter)
+    _warm_up(engine, specs, drafter, runner)
     bar = tqdm(total=len(prompts) * sum(map(len, rounds)), desc="bench", unit="run", disable=not progress)
     for round_tallies, round_breakdowns in zip(tallies, breakdowns):
-        for prompt in prompts:
+        for start in range(0, len(prompts), batch):
+            group = prompts[start:start + batch]
             for tally, breakdown in zip(round_tallies, round_breakdowns):
-                _run_one(engine, tally, breakdown, prompt, max_new_tokens, temperature, seed, drafter)
-                bar.update()
+                if runner is None:
+                    _run_one(engine, tally, breakdown, group[0], max_new_tokens, temperature, seed, drafter, memory)
+                else:
+                    _run_group(runner, tally, breakdown, group, max_new_tokens, temperature, seed, drafter, memory)
+                bar.update(len(group))
     bar.close()
     tallies, breakdowns = sum(tallies, []), sum(breakdowns, [])
     baseline = next(t for t in tallies if t.spec.policy == "ar")
@@ -183,7 +212,7 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
     prompt_text = {prompt.question_id: prompt.text for prompt in prompts}
     results = []
     for tally, breakdown in zip(tallies, breakdowns):
-        result = _summarise(engine, tally, baseline, temperature, prompt_text)
+        result = _summarise(engine, tally, baseline, temperature, prompt_text, batch)
         result.update(broken_down(breakdown, ar_rows, result["identical_to_ar"], result["divergences"],
                                   has_steps=not tally.external))
         results.append(PolicyResult(**result))
@@ -193,7 +222,7 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
                        costs=info.costs, prompts=len(prompts), max_new_tokens=max_new_tokens,
                        temperature=temperature, seed=seed,
                        categories=list(dict.fromkeys(prompt.category for prompt in prompts)),
-                       cost_curve=cost_curve(engine.costs), results=results)
+                       cost_curve=cost_curve(engine.costs), results=results, batch=batch)
 
 
 def repeated(specs: list[PolicySpec], number: int) -> list[PolicySpec]:
@@ -204,19 +233,42 @@ def repeated(specs: list[PolicySpec], number: int) -> list[PolicySpec]:
 
 
 def _run_one(engine: SpecEngine, tally: Tally, breakdown: Breakdown, prompt: Prompt, max_new_tokens: int,
-             temperature: float, seed: int, drafter: str | None) -> None:
+             temperature: float, seed: int, drafter: str | None, memory: Any = "engine") -> None:
     """One spec on one prompt, counted in its tally and breakdown."""
     if tally.external:
         tokens, wall_s = run_hf_baseline(engine, tally.spec.policy, prompt.text, max_new_tokens)
         tally.add_external(prompt.question_id, tokens, wall_s)
         breakdown.add_row(prompt.question_id, prompt.category, len(tokens), wall_s, steps=None)
         return
-    request = GenerationRequest(prompt=prompt.text, policy=tally.spec.policy, params=tally.spec.params,
-                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, drafter=drafter)
-    result = engine.run(request, detail=False, emit=_step_recorder(breakdown))
+    request = _request(tally.spec, prompt, max_new_tokens, temperature, seed, drafter)
+    result = engine.run(request, detail=False, emit=_step_recorder(breakdown), memory=memory)
     tally.add(prompt.question_id, result)
     breakdown.add_row(prompt.question_id, prompt.category, result.new_tokens, result.wall_s, result.steps)
     tally.params = tally.params or engine.validate(request).params.model_dump()
+
+
+def _run_group(runner: Batch, tally: Tally, breakdown: Breakdown, group: list[Prompt], max_new_tokens: int,
+               temperature: float, seed: int, drafter: str | None, memory: Any = "engine") -> None:
+    """One spec on a group of prompts through one batch: all join at once, each leaves when done; the
+    group's wall time is counted once, each request's own time in its row."""
+    requests = [_request(tally.spec, prompt, max_new_tokens, temperature, seed, drafter) for prompt in group]
+    device = runner.engine.target.device
+    began = clock(device)
+    tickets = [runner.submit(request, emit=_step_recorder(breakdown), detail=False, memory=memory)
+               for request in requests]
+    runner.run()
+    wall_s = clock(device) - began
+    for i, (prompt, ticket) in enumerate(zip(group, tickets)):
+        result = ticket.outcome(0)
+        tally.add(prompt.question_id, result, counted_s=wall_s if i == 0 else 0.0)
+        breakdown.add_row(prompt.question_id, prompt.category, result.new_tokens, result.wall_s, result.steps)
+    tally.params = tally.params or runner.engine.validate(requests[0]).params.model_dump()
+
+
+def _request(spec: PolicySpec, prompt: Prompt, max_new_tokens: int, temperature: float, seed: int,
+             drafter: str | None) -> GenerationRequest:
+    return GenerationRequest(prompt=prompt.text, policy=spec.policy, params=spec.params,
+                             max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, drafter=drafter)
 
 
 def _step_recorder(breakdown: Breakdown):
@@ -228,18 +280,25 @@ def _step_recorder(breakdown: Breakdown):
     return record
 
 
-def _warm_up(engine: SpecEngine, specs: list[PolicySpec], drafter: str | None) -> None:
-    """One short run per policy so first-call costs (allocation, kernel selection) are not timed."""
+def _warm_up(engine: SpecEngine, specs: list[PolicySpec], drafter: str | None, runner: Batch | None = None) -> None:
+    """One short run per policy so first-call costs (allocation, kernel selection) are not timed; at batch
+    B, B at once through the bench's batch (its sessions are then allocated too)."""
     for spec in specs:
         if is_hf_baseline(spec.policy):
             run_hf_baseline(engine, spec.policy, "Hello", 8)
             continue
-        engine.run(GenerationRequest(prompt="Hello", policy=spec.policy, params=spec.params, max_new_tokens=8,
-                                     drafter=drafter), detail=False, memory=None)
+        request = GenerationRequest(prompt="Hello", policy=spec.policy, params=spec.params, max_new_tokens=8,
+                                    drafter=drafter)
+        if runner is None:
+            engine.run(request, detail=False, memory=None)
+            continue
+        for _ in range(runner.max_batch):
+            runner.submit(request, detail=False, memory=None)
+        runner.run()
 
 
 def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: float,
-               prompt_text: dict[Any, str]) -> dict[str, Any]:
+               prompt_text: dict[Any, str], batch: int = 1) -> dict[str, Any]:
     steps = max(tally.steps, 1)
     times = tally.times
     step_ms = times.total_ms
@@ -255,6 +314,8 @@ def _summarise(engine: SpecEngine, tally: Tally, baseline: Tally, temperature: f
         "share_other": times.other_ms / step_ms if step_ms else 0.0,
         "share_outside_forwards": 1 - (times.draft_forward_ms + times.verify_ms) / step_ms if step_ms else 0.0,
         "identical_to_ar": None, "divergences": [],
+        "tokens_per_s_per_request": (sum(tally.request_speeds) / len(tally.request_speeds)
+                                     if batch > 1 and tally.request_speeds else None),
     }
     if tally.external:
         result.update({key: None for key in ("tau", "delta", "steps", "share_draft", "share_verify", "share_other",
@@ -276,6 +337,25 @@ def _divergence(engine: SpecEngine, question_id: Any, prompt: str, reference: li
         logits = engine.target.model(torch.tensor([ids], device=engine.target.device)).logits[0, -1].float()  # [V]
     top2 = torch.topk(logits, 2).values
     return Divergence(question_id=question_id, position=position, top2_gap=float(top2[0] - top2[1]))
+
+
+def batch_sweep(reports: list[BenchReport]) -> list[BatchPoint]:
+    """Every policy at every batch size, from one report per size (`--batch B1,B2,…`)."""
+    return [BatchPoint(policy=r.policy, batch=report.batch, tokens_per_s=r.tokens_per_s,
+                       tokens_per_s_per_request=r.tokens_per_s_per_request or r.tokens_per_s,
+                       speedup_vs_ar=r.speedup_vs_ar, tau=r.tau, identical_to_ar=r.identical_to_ar)
+            for report in reports for r in report.results]
+
+
+def batch_sizes(text: str) -> list[int]:
+    """`--batch`: one size or a comma-separated list, each at least 1."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise RequestError(f"--batch {text!r}: sizes are whole numbers, e.g. 1,2,4", field="batch") from None
+    if not sizes or min(sizes) < 1:
+        raise RequestError(f"--batch {text!r}: every size at least 1", field="batch")
+    return list(dict.fromkeys(sizes))
 
 
 def fastest_policy(report: BenchReport) -> tuple[str, dict[str, Any]]:
@@ -339,6 +419,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the prompts this many times in one process: later passes repeat the drafting "
                              "policies, labelled '· pass N', each drafting from its own earlier runs through the "
                              "suffix memory (--suffix-memory-tokens 0 turns it off) (default: 1)")
+    parser.add_argument("--batch", default="1",
+                        help="requests verified together in one target forward (engine/batch.py): prompts run that "
+                             "many at a time, speedup against ar at the same batch; a list (1,2,4,8) runs the bench "
+                             "at each and draws speedup against batch size (default: 1, one request at a time)")
     parser.add_argument("--out", default=None, help="folder for results.md and results.json (default: runs/bench-…)")
     parser.add_argument("--plots", action="store_true",
                         help="also write SVG charts beside results.md (speedup, τ per category, τ against tree size, "
@@ -367,11 +451,24 @@ def command(args: argparse.Namespace) -> int:
         print(f"policies: ar and the default, {engine.default_policy_note}")
     if args.passes < 1:
         raise RequestError(f"--passes {args.passes}: at least 1", field="passes")
-    report = run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter,
-                       passes=args.passes)
-    report.source = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
-    report.note = args.note
+    sizes = batch_sizes(args.batch)
+    if args.record_default and sizes[0] != 1:
+        raise RequestError("--record-default records the fastest policy of one request at a time: start --batch "
+                           "with 1", field="batch")
+    # A sweep gives every size a fresh suffix memory: no size drafts from another size's answers to the same prompts.
+    reports = [run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter,
+                         passes=args.passes, batch=size, memory=engine.new_memory() if len(sizes) > 1 else "engine")
+               for size in sizes]
+    for each in reports:
+        each.source = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
+        each.note = args.note
+    report = reports[0]
+    if len(reports) > 1:
+        report.batch_sweep = batch_sweep(reports)
     out = Path(args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
+    for each in reports[1:]:
+        write_report(each, out / f"batch-{each.batch}", write_plots(each, out / f"batch-{each.batch}")
+                     if args.plots else [])
     charts = write_plots(report, out) if args.plots else []
     write_report(report, out, charts)
     print(markdown_table(report, charts))

@@ -7,6 +7,10 @@ Four charts, the same the /results page draws (static/js/model/results.js derive
     tau-vs-tree-size.svg  tokens emitted per step against the verified tree's size, per policy
     cost-curve.svg        the target's forward time of n tokens over one token, per cached context
 
+and, for `bench --batch B1,B2,…`, a fifth:
+
+    speedup-vs-batch.svg  speedup vs ar at the same batch against the batch size, per policy
+
 Pure Python writing SVG text: no plotting library, nothing to install. Every mark carries its data
 (`data-policy`, `data-value`, …) so tests and readers can check a chart against results.json.
 """
@@ -362,14 +366,55 @@ def cost_chart(report: BenchReport) -> str:
     return svg.render("cost-curve")
 
 
+def batch_series(report: BenchReport) -> list[dict[str, Any]]:
+    """[{label, points: [{batch, value}]}] per policy from the report's batch sweep, by batch size."""
+    sweep = report.batch_sweep or []
+    return [{"label": label, "points": sorted(({"batch": p.batch, "value": p.speedup_vs_ar} for p in sweep
+                                               if p.policy == label and p.speedup_vs_ar is not None),
+                                              key=lambda point: point["batch"])}
+            for label in dict.fromkeys(p.policy for p in sweep)]
+
+
+def speedup_vs_batch_chart(report: BenchReport) -> str:
+    series = batch_series(report)
+    colours = colour_of(report.results)
+    svg = Svg("Speedup vs ar at the same batch, against batch size", top=56)
+    x0, x1, y0, y1 = svg.plot
+    sizes = sorted({p["batch"] for line in series for p in line["points"]})
+    x_scale = Log2(min(sizes), max(sizes), x0, x1)
+    top = max(p["value"] for line in series for p in line["points"])
+    y_scale = Linear(0, max(nice_ticks(0, max(top, 1.0))), y0, y1)
+    svg.x_axis(x_scale, log2_ticks(sizes), "requests per forward (batch, log scale)", tick_text=lambda t: str(int(t)))
+    svg.y_axis(y_scale, nice_ticks(0, y_scale.high), "speedup vs ar (×)")
+    svg.add("line", x1=float(x0), y1=y_scale(1.0), x2=float(x1), y2=y_scale(1.0), stroke="#222", stroke_dasharray="4 3",
+            class_="reference")
+    for line in series:
+        colour = colours.get(line["label"], PALETTE[0])
+        path = " ".join(f"{'M' if k == 0 else 'L'}{fmt(x_scale(p['batch']))},{fmt(y_scale(p['value']))}"
+                        for k, p in enumerate(line["points"]))
+        svg.add("path", d=path, fill="none", stroke=colour, stroke_width=2, data_policy=line["label"])
+        for p in line["points"]:
+            svg.add("circle", cx=x_scale(p["batch"]), cy=y_scale(p["value"]), r=3.0, fill=colour,
+                    data_policy=line["label"], data_batch=p["batch"], data_value=fmt(p["value"]))
+    svg.legend([(line["label"], colours.get(line["label"], PALETTE[0])) for line in series], y=36)
+    return svg.render("speedup-vs-batch")
+
+
+BATCH_CHART = ("speedup-vs-batch.svg", "Speedup vs ar against batch size")
+
 DRAW = {"speedup.svg": speedup_chart, "tau-by-category.svg": tau_by_category_chart,
         "tau-vs-tree-size.svg": tau_vs_size_chart, "cost-curve.svg": cost_chart}
 
 
 def write_plots(report: BenchReport, out_dir: str | Path) -> list[tuple[str, str]]:
-    """Writes the four charts into `out_dir`; returns (title, file name) pairs for results.md."""
+    """Writes the four charts into `out_dir` (and the batch sweep's, where the report holds one of two sizes
+    or more); returns (title, file name) pairs for results.md."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for name, _ in CHARTS:
-        (out / name).write_text(DRAW[name](report), encoding="utf-8")
-    return [(title, name) for name, title in CHARTS]
+    charts = list(CHARTS)
+    if len({point.batch for point in report.batch_sweep or []}) > 1:
+        charts.append(BATCH_CHART)
+    draw = {**DRAW, BATCH_CHART[0]: speedup_vs_batch_chart}
+    for name, _ in charts:
+        (out / name).write_text(draw[name](report), encoding="utf-8")
+    return [(title, name) for name, title in charts]

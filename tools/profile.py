@@ -2,10 +2,11 @@
 
 For every batch size B, context length (multiples of a step L) and number of
 new tokens n, the model runs one forward of B×n tokens on a cache that
-already holds the context, under the mask a tree verify uses: at batch 1
-through the cached LM the engine verifies with (the lean forward of
-engine/models/fastlm.py where it runs the model), at B > 1 through Hugging Face's
-batched forward. n takes every value from 1 to a limit (64 on a CPU, 128 on a
+already holds the context, under the mask a tree verify uses, through the
+cached LM the engine verifies with (the lean forward of engine/models/fastlm.py
+where it runs the model): at B > 1 its batched forward over B sessions, as
+engine/batch.py verifies B requests (a bare model: Hugging Face's batched
+forward). n takes every value from 1 to a limit (64 on a CPU, 128 on a
 GPU), as CAST's table does: a GPU's cost is a staircase in n that no sparse
 grid can show, and lookups between measured n round up rather than
 interpolate (engine/costs.py). `--ns` measures a chosen grid instead (dense
@@ -34,6 +35,7 @@ from engine.calibration import is_calibration
 from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts
 from engine.loading import load_engine
 from engine.models import kvcache
+from engine.models.base import BatchItem
 from engine.models.device import clock, device_name
 from engine.options import EngineOptions
 from engine.tree import attention_bias, tree_attention_allowed
@@ -118,6 +120,29 @@ def lm_timer(lm: Any, context: int) -> Callable[[int], float]:
     return time_n
 
 
+def batch_timer(lm: Any, context: int, batch: int) -> Callable[[int], float]:
+    """Times the LM's batched verify forward as engine/batch.py runs it: `batch` sessions, each on
+    `context` cached random tokens, each verifying an n-token chain given as a tree, in one forward_batch."""
+    vocab = int(lm.config.vocab_size)
+    sessions = [lm.session() for _ in range(batch)]
+    for session in sessions:
+        session.forward_chain(torch.randint(0, vocab, (context,)).tolist())
+
+    def time_n(n: int) -> float:
+        allowed = tree_attention_allowed([-1] + list(range(n - 1)), prefix_len=context)  # [n, C + n]
+        positions = torch.arange(context, context + n)
+        items = [BatchItem(session, torch.randint(0, vocab, (n,)).tolist(), positions, allowed)
+                 for session in sessions]
+        start = clock(lm.device)
+        lm.forward_batch(items)
+        elapsed = (clock(lm.device) - start) * 1000
+        for session in sessions:
+            session.crop(context)
+        return elapsed
+
+    return time_n
+
+
 def measure_row(time_n: Callable[[int], float], ns: tuple[int, ...], repeats: int, warmup: int,
                 tick: Callable[[str], None], label: str, statistic: str = "median") -> list[float]:
     """Median (or minimum) ms for every n, `time_n(n)` timing one forward.
@@ -140,9 +165,9 @@ def measure_row(time_n: Callable[[int], float], ns: tuple[int, ...], repeats: in
 def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: None) -> list[list[list[float]]]:
     """ms[b][c][k] over grid.batches × grid.contexts × grid.ns.
 
-    Batch 1 runs through the cached LM itself (`lm_timer`), as the engine verifies; the engine never
-    batches sequences, so the rows of B > 1 (what CAST reads for a batched what-if) time Hugging Face's
-    own batched forward on the same weights. A bare model is timed through Hugging Face's forward throughout.
+    Batch 1 runs through the cached LM itself (`lm_timer`), as a run alone verifies; B > 1 through its
+    batched forward over B sessions (`batch_timer`), as engine/batch.py verifies B requests: the rows
+    cast and talon-adaptive read in a batch. A bare model is timed through Hugging Face's forward throughout.
     """
     bare = isinstance(lm, torch.nn.Module)
     model = lm if bare else lm.model
@@ -153,6 +178,8 @@ def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: N
         for context in grid.contexts:
             if batch == 1 and not bare:
                 time_n = lm_timer(lm, context)
+            elif not bare:
+                time_n = batch_timer(lm, context, batch)
             else:
                 cache = _filled_cache(model, context, batch, device)
                 time_n = lambda n, cache=cache, context=context, batch=batch: time_forward(model, cache, n, context,

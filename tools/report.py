@@ -7,7 +7,9 @@ events (engine/events.py), it carries a version:
     1  reports written before versioning: no `report_version` key (read as 1), and
        no `acceptance_by_depth` or `accept_lengths` (None: not measured then)
     2  adds per-depth acceptance and the acceptance-length histogram, from the
-       runs' step records
+       runs' step records; later, compatibly, `bench --batch`'s fields (`batch`,
+       `batch_sweep`, each result's `tokens_per_s_per_request`), which a batch-1
+       report leaves out, so it is written exactly as before
 
 Per policy it keeps the totals against `ar`, the per-category sums and per-prompt
 rows behind them (as Spec-Bench reports), the step shapes (tree sizes, per-depth
@@ -104,6 +106,21 @@ class PolicyResult(BaseModel):
     tree_sizes: list[tuple[int, int, int]]  # (verified tree size, steps, tokens emitted by them), by size
     acceptance_by_depth: list[DepthAcceptance] | None = None  # None: a version-1 report
     accept_lengths: list[tuple[int, int]] | None = None  # (tokens emitted in a step, steps), bonus counted; None: v1
+    # At batch > 1: the mean of each request's own tokens/s (its tokens over its time from joining to leaving);
+    # `tokens_per_s` is then the whole batch's: every request's tokens over the batches' wall time.
+    tokens_per_s_per_request: float | None = None
+
+
+class BatchPoint(BaseModel):
+    """One policy at one batch size of `bench --batch B1,B2,…`: against `ar` at the same batch."""
+
+    policy: str
+    batch: int
+    tokens_per_s: float  # the batch's total
+    tokens_per_s_per_request: float
+    speedup_vs_ar: float | None
+    tau: float | None
+    identical_to_ar: bool | None
 
 
 class CostCurve(BaseModel):
@@ -135,6 +152,8 @@ class BenchReport(BaseModel):
     results: list[PolicyResult]
     source: str | None = None  # the prompt file, or the shipped split
     note: str | None = None  # a line the bench was given, e.g. how busy the machine was
+    batch: int = 1  # requests verified in one forward (`bench --batch`)
+    batch_sweep: list[BatchPoint] | None = None  # every policy at every batch size of `--batch B1,B2,…`
 
     @model_validator(mode="before")
     @classmethod
@@ -160,9 +179,22 @@ def read_report(path: str | Path) -> BenchReport:
     return BenchReport.model_validate_json(Path(path).read_text(encoding="utf-8"))
 
 
+BATCH_FIELDS = {"batch": 1, "batch_sweep": None}  # the report's `--batch` fields at their batch-1 values
+BATCH_RESULT_FIELDS = ("tokens_per_s_per_request",)
+
+
 def report_json(report: BenchReport) -> str:
-    """results.json's text: indented, in the declared order."""
-    return json.dumps(report.model_dump(mode="json"), indent=2) + "\n"
+    """results.json's text: indented, in the declared order; a batch-1 report without the batch fields, as
+    reports were written before `--batch`."""
+    data = report.model_dump(mode="json")
+    if all(data[name] == value for name, value in BATCH_FIELDS.items()):
+        for name in BATCH_FIELDS:
+            del data[name]
+        for result in data["results"]:
+            for name in BATCH_RESULT_FIELDS:
+                if result[name] is None:
+                    del result[name]
+    return json.dumps(data, indent=2) + "\n"
 
 
 # ---------------------------------------------------------------- what one policy's runs leave behind

@@ -10,20 +10,25 @@ from tools.report import BenchReport
 def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> str:
     """results.md: the summary table, then per category and per prompt, then links to `charts`
     ((title, file name) pairs written beside it)."""
+    batched = report.batch > 1  # tokens/s is the batch's total; each request's own speed beside it
     header = (f"target {report.target} · drafter {report.drafter} · {report.device} {report.dtype} · "
-              f"{report.prompts} prompts × {report.max_new_tokens} new tokens · temperature {report.temperature}")
+              f"{report.prompts} prompts × {report.max_new_tokens} new tokens · temperature {report.temperature}"
+              + (f" · batch {report.batch}" if batched else ""))
     lines = [header, ""] + ([f"Note: {report.note}", ""] if report.note else []) + [
-             "| policy | τ | δ | c | tokens/s | speedup vs ar | steps | draft / verify / other | outside forwards "
-             "| identical to ar |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| policy | τ | δ | c | tokens/s " + ("| tokens/s per request " if batched else "")
+             + "| speedup vs ar | steps | draft / verify / other | outside forwards | identical to ar |",
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if batched else "")]
     for r in report.results:
         identical = "—" if r.identical_to_ar is None else ("yes" if r.identical_to_ar else
                                                            f"no ({len(r.divergences)})")
         shares = "—" if r.share_draft is None else (
             f"{r.share_draft:.0%} / {r.share_verify:.0%} / {r.share_other:.0%}")
+        per_request = f"| {_cell(r.tokens_per_s_per_request, '.1f')} " if batched else ""
         lines.append(f"| {r.policy} | {_cell(r.tau, '.2f')} | {_cell(r.delta, '.2f')} | {_cell(r.c, '.3f')} "
-                     f"| {r.tokens_per_s:.1f} | {r.speedup_vs_ar:.2f}× | {_cell(r.steps, 'd')} | {shares} "
+                     f"| {r.tokens_per_s:.1f} {per_request}| {r.speedup_vs_ar:.2f}× | {_cell(r.steps, 'd')} | {shares} "
                      f"| {_cell(r.share_outside_forwards, '.0%')} | {identical} |")
+    if report.batch_sweep:
+        lines += _sweep_table(report)
     if report.categories:
         lines += _category_tables(report) + _prompt_table(report)
     if charts:
@@ -31,6 +36,20 @@ def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> s
         for title, name in charts:
             lines += ["", f"![{title}]({name})"]
     return "\n".join(lines) + "\n"
+
+
+def _sweep_table(report: BenchReport) -> list[str]:
+    """`--batch B1,B2,…`: one row per policy, per batch size its speedup over ar at that batch · total tokens/s."""
+    sizes = list(dict.fromkeys(point.batch for point in report.batch_sweep))
+    lines = ["", "## Speedup vs ar against batch size (speedup · tokens/s in total · per request · τ)", "",
+             "| policy | " + " | ".join(f"batch {size}" for size in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+    for policy in dict.fromkeys(point.policy for point in report.batch_sweep):
+        at = {point.batch: point for point in report.batch_sweep if point.policy == policy}
+        cells = [f"{_cell(at[size].speedup_vs_ar, '.2f', '×')} · {at[size].tokens_per_s:.1f} · "
+                 f"{at[size].tokens_per_s_per_request:.1f} · {_cell(at[size].tau, '.2f')}" if size in at else "—"
+                 for size in sizes]
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _category_tables(report: BenchReport) -> list[str]:

@@ -54,6 +54,11 @@ class Drafter(ABC):
         `features` [len(context) - 1, F]: the target's features for every context token but the
         root (only when `feature_layers` is set)."""
 
+    def session(self) -> "Drafter":
+        """A drafter like this one (its models, its settings) with state of its own, for another request
+        drafted in the same batch (engine/batch.py): model weights are shared, caches and indexes are not."""
+        raise NotImplementedError(f"the {self.name} drafter does not draft for a batch")
+
     def use_memory(self, memory: "SuffixMemory | None") -> None:
         """Hands a drafter that drafts from earlier requests the memory of this run's scope (None: none);
         the others ignore it. Called before `start`."""

@@ -29,6 +29,10 @@ class DraftLMDrafter(Drafter):
         self.cached = 0  # context tokens already in the cache
         self.position_of: dict[int, int] = {}  # tree node -> cache position, this step
 
+    def session(self) -> "DraftLMDrafter":
+        """The same draft LM's weights over a cache of its own."""
+        return DraftLMDrafter(self.lm.session())
+
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
         self.lm.reset()
         self.context = list(context)

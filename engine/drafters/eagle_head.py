@@ -21,6 +21,7 @@ call of its `head_step` (engine/models/native); elsewhere the head's torch modul
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -59,6 +60,14 @@ class EagleHeadDrafter(Drafter):
             return native.NativeHead(self.head)
         except native.NativeUnavailable:
             return None  # the target's FastLM has said why the kernel does not run, once
+
+    def session(self) -> "EagleHeadDrafter":
+        """The same head (its weights shared) with a cache, a meter and kernel scratch of its own."""
+        other = copy.copy(self)
+        other.meter = ForwardMeter(self.device)
+        other.native = other._bind_native()
+        other._reset_state()
+        return other
 
     @classmethod
     def from_dir(cls, path: str | Path, target_model: torch.nn.Module, dtype: torch.dtype = torch.float32,

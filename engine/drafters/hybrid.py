@@ -48,6 +48,9 @@ class HybridDrafter(Drafter):
         self.copy_q = copy_q
         self._modelled: set[int] = set()  # nodes the head ran this step: only their children can run it
 
+    def session(self) -> "HybridDrafter":
+        return HybridDrafter(self.head.session(), self.suffix.session(), self.match_children, self.copy_q)
+
     def use_memory(self, memory: SuffixMemory | None) -> None:
         self.suffix.use_memory(memory)
 

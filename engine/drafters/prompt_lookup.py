@@ -28,6 +28,9 @@ class PromptLookupDrafter(Drafter):
         self.context: list[int] = []
         self.followers: dict[tuple[int, ...], Counter] = defaultdict(Counter)
 
+    def session(self) -> "PromptLookupDrafter":
+        return PromptLookupDrafter(self.max_ngram, self.min_ngram)
+
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
         self.context = []
         self.followers = defaultdict(Counter)

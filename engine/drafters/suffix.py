@@ -89,6 +89,9 @@ class SuffixDrafter(Drafter):
         self._states: dict[int, tuple[tuple[int, int], ...]] = {}  # tree node -> (state, length) per index
         self._memory_end = (0, 0)  # the request's text matched in the memory's index
 
+    def session(self) -> "SuffixDrafter":
+        return SuffixDrafter()
+
     def use_memory(self, memory: SuffixMemory | None) -> None:
         self.memory = memory
 

@@ -5,6 +5,10 @@ Two forwards declare it: `CachedLM` (engine/models/lm.py, Hugging Face's forward
 and `FastLM` (engine/models/fastlm.py, the lean forward over one static cache, with the native kernel
 where it runs). The engine, the draft-LM drafter and the profiler are typed against `LanguageModel`,
 never against either class, so either verifies.
+
+Several requests at once (engine/batch.py): `session()` gives another cache over the same weights, and
+`forward_batch` runs one `BatchItem` (tokens, positions, mask) per session in one call. A forward that
+cannot do better runs them one after another (`forward_each`); FastLM reads its weights once for all.
 """
 
 from __future__ import annotations
@@ -19,6 +23,29 @@ import torch
 class ForwardOutput:
     logits: torch.Tensor  # [N, V] float32 (float64 for a float64 model)
     hidden: tuple[torch.Tensor, ...] = ()  # each [N, H]: inputs of the requested layers
+
+
+@dataclass
+class BatchItem:
+    """One session's share of a batched forward: a chain after its cache, or a tree under a mask."""
+
+    lm: "LanguageModel"  # a session of the model the batch runs on: its cache is the one extended
+    tokens: list[int]
+    positions: torch.Tensor | None = None  # [N] for a tree; None: a chain at cache_len, cache_len + 1, …
+    allowed: torch.Tensor | None = None  # [N, cache_len + N] bool for a tree; None: causal
+    hidden_layers: tuple[int, ...] = ()
+
+    def run_alone(self) -> ForwardOutput:
+        """This item's forward by itself, as a run of one request does it."""
+        if self.allowed is None:
+            return self.lm.forward_chain(self.tokens, hidden_layers=self.hidden_layers)
+        return self.lm.forward_tree(self.tokens, self.positions, self.allowed, hidden_layers=self.hidden_layers)
+
+
+def forward_each(items: list[BatchItem]) -> list[ForwardOutput]:
+    """A batch one item after another: the forward of a model that has no batched one (the same bits
+    as each alone, none of the saving)."""
+    return [item.run_alone() for item in items]
 
 
 @runtime_checkable
@@ -59,3 +86,10 @@ class LanguageModel(Protocol):
 
     def crop(self, length: int) -> None:
         """Drops every cached position from `length` on."""
+
+    def session(self) -> "LanguageModel":
+        """Another model over the same weights with an empty cache of its own: one per request of a batch."""
+
+    def forward_batch(self, items: list[BatchItem]) -> list[ForwardOutput]:
+        """Each item's forward over its own session's cache (every `item.lm` a session of this model), as
+        `item.run_alone()` would give it, in one call where the forward can share the weights' reads."""

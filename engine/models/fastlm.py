@@ -25,7 +25,12 @@ gpt-fast's model.py:
   it gets when decoded alone, so greedy trees equal ar in bfloat16 too. A
   longer forward (a prompt, a tree past 256 nodes) is cut into calls, which
   gives the same bits; nothing in a run changes path. Float32 stays on
-  torch's ops.
+  torch's ops;
+- `session()` is another cache over the same weights (and kernel), and
+  `forward_batch` runs one item per session in one forward (engine/batch.py):
+  the products once over every session's rows, attention per session over its
+  own cache; in the kernel, `forward_batch` of forward.c, up to 256 rows a call,
+  each session getting the bits of its call alone.
 
 `causal_lm` picks this path where `unsupported_reason` finds nothing, else the
 plain Hugging Face forward, and says so once; `SPECSCOPE_FORWARD` chooses
@@ -35,6 +40,7 @@ plain Hugging Face forward, and says so once; `SPECSCOPE_FORWARD` chooses
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from dataclasses import dataclass
@@ -43,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.models import kvcache, native
-from engine.models.base import ForwardOutput, LanguageModel
+from engine.models.base import BatchItem, ForwardOutput, LanguageModel
 from engine.models.lm import CachedLM
 
 MIN_CAPACITY = 256
@@ -177,47 +183,119 @@ class FastLM(LanguageModel):
         kvcache.gather_positions(self.kv, 3, positions)  # [L, 2, kv, C, d]: positions on dim 3
         self.length = len(positions)
 
+    def session(self) -> "FastLM":
+        """Another FastLM over these weights (and this kernel) with an empty cache of its own: the weights
+        are shared, not copied, so a batch of B requests holds B caches and one model."""
+        other = copy.copy(self)  # shallow: the layers, embeddings and kernel are this model's
+        other.length = 0
+        other.kv = other.cos = other.sin_signed = torch.empty(0, dtype=self.dtype, device=self.device)
+        other._grow(MIN_CAPACITY)
+        return other
+
     @torch.inference_mode()
     def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
         """Appends `tokens` causally after the cache."""
-        positions = torch.arange(self.length, self.length + len(tokens), device=self.device)
-        return self._forward(tokens, positions, None, hidden_layers)
+        return self._forward(self._share(BatchItem(self, tokens, hidden_layers=hidden_layers)))
 
     @torch.inference_mode()
     def forward_tree(self, tokens: list[int], positions: torch.Tensor, allowed: torch.Tensor,
                      hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
-        """Appends N tree tokens; `allowed` [N, cache_len + N] says which columns each may attend to.
+        """Appends N tree tokens; `allowed` [N, cache_len + N] says which columns each may attend to."""
+        return self._forward(self._share(BatchItem(self, tokens, positions, allowed, hidden_layers)))
 
-        Only the columns from the first one some token may not see are masked: for a tree verify
-        that is the [N, N] tree block, for a draft LM's frontier the earlier frontier nodes too.
-        """
-        n = len(tokens)
-        assert allowed.shape == (n, self.length + n), allowed.shape
-        visible = int(allowed.all(dim=0).int().cumprod(0).sum())  # leading columns every token sees
-        return self._forward(tokens, positions.to(self.device), allowed[:, visible:], hidden_layers)
+    @torch.inference_mode()
+    def forward_batch(self, items: list[BatchItem]) -> list[ForwardOutput]:
+        """Every item over its own session's cache in one forward: the products run once over all items'
+        tokens, attention per item under its own mask. The kernel takes up to `kernel_max_tokens` rows a
+        call (a longer item runs alone, cut into calls as ever), each item getting its bits alone."""
+        assert all(item.lm.layers is self.layers for item in items), "a batch runs sessions of one model"
+        shares = [item.lm._share(item) for item in items]
+        if not self.kernel:
+            return self._lean(shares)
+        outputs: dict[int, ForwardOutput] = {}
+        group: list[int] = []
+        for index, share in enumerate(shares):
+            if len(share.tokens) > self.kernel_max_tokens:
+                outputs[index] = share.lm._forward(share)
+                continue
+            if sum(len(shares[i].tokens) for i in group) + len(share.tokens) > self.kernel_max_tokens:
+                outputs.update(self._native_batch(shares, group))
+                group = []
+            group.append(index)
+        outputs.update(self._native_batch(shares, group))
+        return [outputs[index] for index in range(len(shares))]
 
-    def _forward(self, tokens: list[int], positions: torch.Tensor, masked: torch.Tensor | None,
-                 hidden_layers: tuple[int, ...]) -> ForwardOutput:
-        """N new tokens at `positions` [N]; `masked` [N, M] bool says which of the last M columns each
-        sees (None: causal among the new tokens)."""
-        n, start = len(tokens), self.length
-        end = start + n
-        self._grow(end)
-        x = self.embed[torch.tensor(tokens, device=self.device)]  # [N, H]
+    def _native_batch(self, shares: list["_Share"], indices: list[int]) -> dict[int, ForwardOutput]:
+        """The shares at `indices` (at most `kernel_max_tokens` rows in all) in one kernel call."""
+        if not indices:
+            return {}
+        chosen = [shares[i] for i in indices]
+        layers = len(self.layers) + 1  # Hugging Face's hidden_states: every layer's input, then the last
+        wanted = sorted({layer % layers for share in chosen for layer in share.hidden_layers})
+        sequences = []
+        for share in chosen:
+            lm, n = share.lm, len(share.tokens)
+            lm._grow(lm.length + n)
+            sequences.append((lm, share.positions, _kernel_rows(share.masked, n, 0, n), lm.length))
+        tokens = [token for share in chosen for token in share.tokens]
+        x = self.embed[torch.tensor(tokens, device=self.device)]  # [ΣN, H]
+        logits, features = self.kernel.batch(x, sequences, wanted)
+        outputs, row = {}, 0
+        for index, share, seen in zip(indices, chosen, features):
+            n = len(share.tokens)
+            share.lm.length += n
+            hidden = tuple(seen[wanted.index(layer % layers)] for layer in share.hidden_layers)
+            outputs[index] = ForwardOutput(logits=logits[row:row + n].float(), hidden=hidden)
+            row += n
+        return outputs
+
+    def _share(self, item: BatchItem) -> "_Share":
+        """An item as the forward takes it: positions [N] and the masked columns `masked` [N, M] (None:
+        causal among the new tokens). Only the columns from the first one some token may not see are
+        masked: for a tree verify that is the [N, N] tree block, for a draft LM's frontier the earlier
+        frontier nodes too."""
+        n = len(item.tokens)
+        if item.allowed is None:
+            positions = torch.arange(self.length, self.length + n, device=self.device)
+            return _Share(self, item.tokens, positions, None, item.hidden_layers)
+        assert item.allowed.shape == (n, self.length + n), item.allowed.shape
+        visible = int(item.allowed.all(dim=0).int().cumprod(0).sum())  # leading columns every token sees
+        return _Share(self, item.tokens, item.positions.to(self.device), item.allowed[:, visible:], item.hidden_layers)
+
+    def _forward(self, share: "_Share") -> ForwardOutput:
+        """One session's new tokens: in the kernel where it runs, else torch's lean forward."""
         if self.kernel:
-            return self._forward_native(x, positions, masked, hidden_layers)
-        cos, sin = self.cos[positions][:, None], self.sin_signed[positions][:, None]  # [N, 1, d]
-        attend = self._mask(masked, n, start)
+            self._grow(self.length + len(share.tokens))
+            x = self.embed[torch.tensor(share.tokens, device=self.device)]  # [N, H]
+            return self._forward_native(x, share.positions, share.masked, share.hidden_layers)
+        return self._lean([share])[0]
+
+    def _lean(self, shares: list["_Share"]) -> list[ForwardOutput]:
+        """torch's forward over every share's tokens at once (each share a session of this model): one
+        product per weight over the rows of all, each share's rows attending over its own cache."""
+        parts, row = [], 0
+        for share in shares:
+            lm, n = share.lm, len(share.tokens)
+            lm._grow(lm.length + n)
+            parts.append(_Part(lm, slice(row, row + n), lm.length, lm._mask(share.masked, n, lm.length)))
+            row += n
+        tokens = [token for share in shares for token in share.tokens]
+        x = self.embed[torch.tensor(tokens, device=self.device)]  # [ΣN, H]
+        cos = _joined([share.lm.cos[share.positions] for share in shares])[:, None]  # [ΣN, 1, d]
+        sin = _joined([share.lm.sin_signed[share.positions] for share in shares])[:, None]
         features = {}
         for i, layer in enumerate(self.layers):
             features[i] = x  # the input of layer i, as Hugging Face's hidden_states[i]
-            x = self._layer(self.kv[i], layer, x, cos, sin, attend, start, end)
-        self.length = end
+            x = self._layer(i, layer, x, cos, sin, parts)
+        for part in parts:
+            part.lm.length = part.start + part.rows.stop - part.rows.start
         x = self._norm(x, self.norm)
         features[len(self.layers)] = x  # Hugging Face's last hidden state is after the final norm
-        logits = linear(x, self.lm_head)  # [N, V]
-        return ForwardOutput(logits=logits if logits.dtype == torch.float64 else logits.float(),
-                             hidden=tuple(features[i % len(features)] for i in hidden_layers))
+        logits = linear(x, self.lm_head)  # [ΣN, V]
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        return [ForwardOutput(logits=logits[part.rows],
+                              hidden=tuple(features[i % len(features)][part.rows] for i in share.hidden_layers))
+                for part, share in zip(parts, shares)]
 
     def _forward_native(self, x: torch.Tensor, positions: torch.Tensor, masked: torch.Tensor | None,
                         hidden_layers: tuple[int, ...]) -> ForwardOutput:
@@ -231,13 +309,8 @@ class FastLM(LanguageModel):
         logits, features = [], []
         for a in range(0, n, step):
             b = min(n, a + step)
-            if masked is None:
-                rows = torch.ones(b - a, b - a, dtype=torch.bool).tril() if b - a > 1 else None  # causal
-            else:
-                rows = masked[a:b, :max(0, masked.shape[1] - (n - b))]  # [b - a, M'] over the last M' columns
-            if rows is not None and (rows.shape[1] == 0 or bool(rows.all())):
-                rows = None
-            part, seen = self.kernel(x[a:b], positions[a:b], rows, start + a, wanted)
+            rows = _kernel_rows(masked, n, a, b)
+            part, seen = self.kernel(x[a:b], positions[a:b], rows, start + a, wanted, cache=self)
             self.length = start + b
             logits.append(part)
             features.append(seen)
@@ -246,20 +319,30 @@ class FastLM(LanguageModel):
         hidden = tuple(torch.cat([f[i] for f in features]) for i in range(len(wanted)))
         return ForwardOutput(logits=torch.cat(logits).float(), hidden=hidden)
 
-    def _layer(self, cache: torch.Tensor, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               attend: dict, start: int, end: int) -> torch.Tensor:
-        """One decoder layer over x [N, H]; writes the new keys and values into `cache` [2, kv, C, d]."""
+    def _layer(self, index: int, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               parts: list["_Part"]) -> torch.Tensor:
+        """Decoder layer `index` over x [ΣN, H], the rows of every part; each part's new keys and values
+        go into its own session's cache, and its rows attend over that cache alone."""
         n, heads, kv_heads = x.shape[0], self.heads, self.kv_heads
         qkv = linear(self._norm(x, layer.attn_norm), layer.qkv).view(n, heads + 2 * kv_heads, self.head_dim)
-        qk = _rope(qkv[:, :heads + kv_heads], cos, sin)  # [N, h + kv, d]
+        qk = _rope(qkv[:, :heads + kv_heads], cos, sin)  # [ΣN, h + kv, d]
+        outs = [self._attend(part.lm.kv[index], qk[part.rows], qkv[part.rows, heads + kv_heads:], part)
+                for part in parts]
+        x = x + linear(_joined(outs), layer.o)
+        gate, up = linear(self._norm(x, layer.mlp_norm), layer.gate_up).chunk(2, dim=-1)  # [ΣN, I] each
+        return x + linear(F.silu(gate) * up, layer.down)
+
+    def _attend(self, cache: torch.Tensor, qk: torch.Tensor, v: torch.Tensor, part: "_Part") -> torch.Tensor:
+        """One part's attention: writes its keys qk[:, h:] and values v [N, kv, d] into `cache` [2, kv, C, d]
+        from `part.start`, and attends its queries qk[:, :h] over the cache; [N, h d]."""
+        n, heads = qk.shape[0], self.heads
+        start, end = part.start, part.start + n
         cache[0, :, start:end] = qk[:, heads:].transpose(0, 1)
-        cache[1, :, start:end] = qkv[:, heads + kv_heads:].transpose(0, 1)
+        cache[1, :, start:end] = v.transpose(0, 1)
         q = qk[:, :heads].transpose(0, 1)[None]  # [1, h, N, d]
         out = F.scaled_dot_product_attention(q, cache[0, :, :end][None], cache[1, :, :end][None], enable_gqa=True,
-                                             **attend)  # [1, h, N, d]
-        x = x + linear(out[0].transpose(0, 1).reshape(n, heads * self.head_dim), layer.o)
-        gate, up = linear(self._norm(x, layer.mlp_norm), layer.gate_up).chunk(2, dim=-1)  # [N, I] each
-        return x + linear(F.silu(gate) * up, layer.down)
+                                             **part.attend)  # [1, h, N, d]
+        return out[0].transpose(0, 1).reshape(n, heads * self.head_dim)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """Llama's RMSNorm in its own order of casts: normalise in float32, cast back, then scale."""
@@ -296,6 +379,46 @@ class FastLM(LanguageModel):
             kv[:, :, :, :self.length] = self.kv[:, :, :, :self.length]
         self.kv = kv
         self.cos, self.sin_signed = native.rope_tables(self.rotary, capacity, self.dtype, self.head_dim, self.device)
+
+
+@dataclass
+class _Share:
+    """One session's new tokens as a forward takes them: `positions` [N]; `masked` [N, M] bool over the
+    last M columns (None: causal among the new tokens)."""
+
+    lm: FastLM
+    tokens: list[int]
+    positions: torch.Tensor
+    masked: torch.Tensor | None
+    hidden_layers: tuple[int, ...]
+
+
+@dataclass
+class _Part:
+    """A share's place in a lean forward: its rows of the joined tokens, where its cache is written from
+    (`start`), and its SDPA mask arguments."""
+
+    lm: FastLM
+    rows: slice
+    start: int
+    attend: dict
+
+
+def _kernel_rows(masked: torch.Tensor | None, n: int, a: int, b: int) -> torch.Tensor | None:
+    """The kernel's mask for rows [a, b) of n new tokens: [b - a, M'] over the last M' columns it has,
+    None where they see every column. `masked` as in `_Share` (None: causal)."""
+    if masked is None:
+        rows = torch.ones(b - a, b - a, dtype=torch.bool).tril() if b - a > 1 else None  # causal
+    else:
+        rows = masked[a:b, :max(0, masked.shape[1] - (n - b))]  # [b - a, M'] over the last M' columns
+    if rows is not None and (rows.shape[1] == 0 or bool(rows.all())):
+        return None
+    return rows
+
+
+def _joined(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The parts' rows as one tensor; one part is itself, not a copy."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

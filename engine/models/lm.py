@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from engine.models import kvcache
-from engine.models.base import ForwardOutput, LanguageModel
+from engine.models.base import BatchItem, ForwardOutput, LanguageModel, forward_each
 from engine.tree import attention_bias
 
 
@@ -73,3 +73,11 @@ class CachedLM(LanguageModel):
     def crop(self, length: int) -> None:
         """Drops every cached position from `length` on."""
         kvcache.crop(self.cache, length)
+
+    def session(self) -> "CachedLM":
+        """The same model with a DynamicCache of its own."""
+        return CachedLM(self.model, self.name)
+
+    def forward_batch(self, items: list[BatchItem]) -> list[ForwardOutput]:
+        """One Hugging Face forward per item: padding unequal caches into one would change their bits."""
+        return forward_each(items)

@@ -108,6 +108,7 @@ class Policy(ABC):
     def __init__(self, params: PolicyParams, context: PolicyContext | None = None):
         self.params = params
         self.context = context or PolicyContext()
+        self.batch = 1  # requests sharing this step's verify forward (see_batch)
 
     @property
     def costs(self) -> CostTable:
@@ -115,6 +116,11 @@ class Policy(ABC):
 
     def start_run(self) -> None:
         """Resets per-run state."""
+
+    def see_batch(self, size: int) -> None:
+        """How many requests share the coming step's verify forward: engine/batch.py says so before every
+        step (a run alone is a batch of 1). A cost-aware policy reads the cost table's rows at it."""
+        self.batch = size
 
     @abstractmethod
     def children_per_node(self, tree: DraftTree, depth: int) -> int:

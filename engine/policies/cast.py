@@ -44,9 +44,11 @@ rerank  (design 4) All drafted nodes, ordered by path score (ancestor-closed: a 
         never outscores its parent), are cut to m by the same marginal rule over
         the target's verify cost, threshold C3. Our verify forward carries the root with
         the m nodes, so the cost is that of m + 1 tokens (the paper's c_k reads k).
-batch   The paper's utility is a batch mean, u_k = (1/B) Σ_j Σ_{s≤k} v^(j)(s). The engine
-        decodes one request at a time, so utility is that request's Σ v, which equals the
-        batch mean when the B requests look alike; `batch` picks the cost rows S_T(B), S_D(B).
+batch   The paper's utility is a batch mean, u_k = (1/B) Σ_j Σ_{s≤k} v^(j)(s). Each request
+        sizes its own tree, so utility is that request's Σ v, which equals the batch mean
+        when the B requests look alike; the cost rows S_T(B), S_D(B) are those of the B
+        requests verified together (engine/batch.py tells the policy each step; a run alone
+        reads B = 1), or of `batch` where given.
 
 calibration (ours, not the paper's) A path score is the draft's confidence, not
         the target's acceptance: a weak or uncalibrated draft (a tiny model's
@@ -88,7 +90,8 @@ class CastParams(PolicyParams):
     max_depth: int = Field(32, ge=1, le=64, description="safety limit on draft layers")
     max_total: int = Field(128, ge=1, le=512, description="most draft nodes sent to verification")
     window: int = Field(4, ge=1, le=64, description="gain ratios φ remembered by the depth rule (R)")
-    batch: int = Field(1, ge=1, le=256, description="batch size the costs are read at")
+    batch: int = Field(1, ge=1, le=256, description="batch size the costs are read at (unset: the requests "
+                                                    "verified together, 1 for a run alone)")
     min_verify: int = Field(1, ge=0, le=512, description="best nodes always verified, so calibration has evidence")
     calibrate: bool = Field(True, description="rescale path scores by the request's accepted / predicted (κ) and "
                                               "draft costs by measured / table time (ρ); false: the paper's rules")
@@ -173,17 +176,23 @@ class CastPolicy(Policy):
         self._draft_predicted_sum = 0.0
         self._step_draft_predicted = 0.0  # table ms of the draft forwards of the current step
 
+    @property
+    def cost_batch(self) -> int:
+        """The batch whose cost rows S_T(B), S_D(B) the rules read: `batch` where given, else the requests
+        sharing this step's verify forward (engine/batch.py)."""
+        return self.params.batch if "batch" in self.params.model_fields_set else self.batch
+
     def unit_ms(self, context: int) -> float:
         """t₁: the table's ms for one target forward of one token at this context."""
-        return max(self.costs.verify_cost(1, context, self.params.batch), 1e-9)
+        return max(self.costs.verify_cost(1, context, self.cost_batch), 1e-9)
 
     def draft_cost(self, n: int, context: int) -> float:
         """A draft forward of n tokens in t₁, as the table predicts it, scaled by ρ."""
-        return self.draft_scale * self.costs.draft_cost(n, context, self.params.batch) / self.unit_ms(context)
+        return self.draft_scale * self.costs.draft_cost(n, context, self.cost_batch) / self.unit_ms(context)
 
     def verify_cost(self, n: int, context: int) -> float:
         """A target forward of n tokens in t₁."""
-        return self.costs.verify_cost(n, context, self.params.batch) / self.unit_ms(context)
+        return self.costs.verify_cost(n, context, self.cost_batch) / self.unit_ms(context)
 
     def value(self, score: float) -> float:
         """A node's utility: its calibrated chance of being accepted."""
@@ -196,7 +205,7 @@ class CastPolicy(Policy):
         context = pool.prefix_len + len(tree)
         if pool.depth == 1:
             self._layer_utility = {}
-            self._step_draft_predicted = self.costs.draft_cost(1, context, self.params.batch)
+            self._step_draft_predicted = self.costs.draft_cost(1, context, self.cost_batch)
         self._prefix_len = pool.prefix_len
         ranked = sorted(range(len(pool)), key=lambda i: (-pool.score[i], i))
         width = self._width(pool, ranked, context)
@@ -258,7 +267,7 @@ class CastPolicy(Policy):
                   "depth_ratio": _finite(ratio), "depth_threshold": self.params.c2}
         if depth >= self.params.max_depth or width == 0 or ratio < self.params.c2:
             return detail
-        self._step_draft_predicted += self.costs.draft_cost(width, context + width, self.params.batch)
+        self._step_draft_predicted += self.costs.draft_cost(width, context + width, self.cost_batch)
         return None
 
     def finalize(self, tree: DraftTree) -> Rerank:

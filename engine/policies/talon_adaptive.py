@@ -188,19 +188,20 @@ class TalonAdaptivePolicy(TalonPolicy):
             return None, "N at its bound"
         predicted = {c: self._predicted_rate(window, c) for c in candidates | {n}}
         best = max(candidates, key=lambda c: predicted[c])
-        ratio = self.costs.verify_cost(best + 1, window.prefix_len) / self.costs.verify_cost(n + 1, window.prefix_len)
+        ratio = (self.costs.verify_cost(best + 1, window.prefix_len, self.batch)
+                 / self.costs.verify_cost(n + 1, window.prefix_len, self.batch))
         return best, (f"predicted {predicted[best]:.1f} tok/s at N={best} vs {predicted[n]:.1f} at N={n} "
                       f"(verifying {best} nodes costs {ratio:.2f}× {n} in the cost table)")
 
     def _predicted_rate(self, window: Window, budget: int) -> float:
         """tokens/s if N were `budget`: α tokens per doubling; the measured verify time scaled by the
         cost table's ratio between the two tree sizes (a ratio, so a table taken on a faster or
-        busier machine still serves)."""
+        busier machine still serves), read at the batch this step's verify forward is shared with."""
         n = self.params.budget
         tokens = window.tokens / window.steps + self._tokens_per_doubling() * math.log2(budget / n)
         size = window.tree_size / window.steps
-        verify_now = self.costs.verify_cost(size + 1, window.prefix_len)
-        verify_then = self.costs.verify_cost(size * budget / n + 1, window.prefix_len)
+        verify_now = self.costs.verify_cost(size + 1, window.prefix_len, self.batch)
+        verify_then = self.costs.verify_cost(size * budget / n + 1, window.prefix_len, self.batch)
         verify_ms = window.verify_ms / window.steps
         ms = window.ms / window.steps + verify_ms * (verify_then / verify_now - 1)
         return 1000 * max(tokens, 1.0) / ms if ms > 0 else 0.0

@@ -137,6 +137,13 @@ class Forward(ctypes.Structure):
                     "feature_slot", "timings")])
 
 
+class Sequence(ctypes.Structure):
+    """One sequence of a batched forward (forward.c's `Sequence`): its rows, cache, positions and mask."""
+
+    _fields_ = ([(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns")]
+                + [(name, ctypes.c_void_p) for name in ("positions", "cos", "sin_signed", "kv", "mask")])
+
+
 class HeadStep(ctypes.Structure):
     _fields_ = ([("dims", ctypes.POINTER(Dims))]
                 + [(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns", "threads",
@@ -150,6 +157,10 @@ class HeadStep(ctypes.Structure):
 def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.forward.argtypes = [ctypes.POINTER(Forward)]
     library.forward.restype = ctypes.c_int
+    library.forward_batch.argtypes = [ctypes.POINTER(Forward), ctypes.POINTER(Sequence), ctypes.c_int]
+    library.forward_batch.restype = ctypes.c_int
+    library.native_sequence_struct_size.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    library.native_sequence_struct_size.restype = None
     library.head_step.argtypes = [ctypes.POINTER(HeadStep)]
     library.head_step.restype = ctypes.c_int
     library.native_head_struct_size.argtypes = [ctypes.POINTER(ctypes.c_int64)]
@@ -171,13 +182,16 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
 
 def _checked(library: ctypes.CDLL) -> ctypes.CDLL:
     """The library, once its structs' sizes agree with the ctypes mirrors above."""
-    sizes, head = (ctypes.c_int64 * 3)(), ctypes.c_int64()
+    sizes, head, sequence = (ctypes.c_int64 * 3)(), ctypes.c_int64(), ctypes.c_int64()
     library.native_struct_sizes(sizes)
     library.native_head_struct_size(ctypes.byref(head))
-    sizes = (*sizes, head.value)
-    mirrors = (ctypes.sizeof(Dims), ctypes.sizeof(LayerWeights), ctypes.sizeof(Forward), ctypes.sizeof(HeadStep))
+    library.native_sequence_struct_size(ctypes.byref(sequence))
+    sizes = (*sizes, head.value, sequence.value)
+    mirrors = (ctypes.sizeof(Dims), ctypes.sizeof(LayerWeights), ctypes.sizeof(Forward), ctypes.sizeof(HeadStep),
+               ctypes.sizeof(Sequence))
     if tuple(sizes) != mirrors:
-        raise NativeUnavailable(f"forward.c's structs (Dims, LayerWeights, Forward, HeadStep: {tuple(sizes)} bytes) "
+        raise NativeUnavailable(f"forward.c's structs (Dims, LayerWeights, Forward, HeadStep, Sequence: "
+                                f"{tuple(sizes)} bytes) "
                                 f"do not match their ctypes mirrors ({mirrors} bytes)")
     return library
 
@@ -256,12 +270,57 @@ class NativeForward:
             self.lm_head_pairs = pair_rows(lm.lm_head)
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
-                 feature_layers: list[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+                 feature_layers: list[int], cache=None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits [N, V] (bf16) and the residual stream at `feature_layers` ([N, H] each) for x [N, H]
         at rotary `positions` [N], the new keys and values written from cache slot `start` on; `mask`
         [N, M] bool over the last M columns (None: every column visible). x, contiguous, is the
         residual stream the kernel updates in place: pass a tensor of its own (FastLM's gathered
-        embeddings are)."""
+        embeddings are). `cache`: the FastLM session whose KV cache and rotary tables the call reads and
+        writes (None: the one the weights were bound from)."""
+        lm = cache or self.lm
+        mask = None if mask is None else mask.to(torch.uint8).contiguous()
+        positions = positions.to(torch.int64).contiguous()
+        call, logits, features, _buffers = self._call(x, feature_layers)  # the buffers live until the call returns
+        call.n, call.start, call.capacity = x.shape[0], start, lm.capacity
+        call.masked_columns = 0 if mask is None else mask.shape[1]
+        call.positions, call.cos, call.sin_signed = _address(positions), _address(lm.cos), _address(lm.sin_signed)
+        call.kv, call.mask = _address(lm.kv), _address(mask)
+        code = self.library.forward(ctypes.byref(call))
+        if code:
+            raise refused(code, "forward")
+        return logits, self._features(features, feature_layers, [(0, x.shape[0])])[0]
+
+    def batch(self, x: torch.Tensor, sequences: list[tuple], feature_layers: list[int]
+              ) -> tuple[torch.Tensor, list[list[torch.Tensor]]]:
+        """One call over several sessions' new tokens: x [ΣN, H] their rows in order, `sequences` one
+        (FastLM session, positions [N], mask [N, M] or None, start) each, as `__call__` takes them for one.
+        Logits [ΣN, V] (bf16), and per sequence its features at `feature_layers`; each sequence gets the
+        bits a call of its own gives it. At most `max_tokens` rows in all."""
+        kept = []  # the tensors the C structs point into, alive until the call returns
+        seqs = (Sequence * len(sequences))()
+        spans, row = [], 0
+        for slot, (lm, positions, mask, start) in zip(seqs, sequences):
+            positions = positions.to(torch.int64).contiguous()
+            mask = None if mask is None else mask.to(torch.uint8).contiguous()
+            kept += [positions, mask]
+            n = positions.shape[0]
+            slot.n, slot.start, slot.capacity = n, start, lm.capacity
+            slot.masked_columns = 0 if mask is None else mask.shape[1]
+            slot.positions, slot.cos, slot.sin_signed = _address(positions), _address(lm.cos), _address(lm.sin_signed)
+            slot.kv, slot.mask = _address(lm.kv), _address(mask)
+            spans.append((row, row + n))
+            row += n
+        assert row == x.shape[0], (row, x.shape)
+        call, logits, features, _buffers = self._call(x, feature_layers)
+        call.n = x.shape[0]
+        code = self.library.forward_batch(ctypes.byref(call), seqs, len(sequences))
+        if code:
+            raise refused(code, "forward")
+        return logits, self._features(features, feature_layers, spans)
+
+    def _call(self, x: torch.Tensor, feature_layers: list[int]) -> tuple[Forward, torch.Tensor, torch.Tensor | None, dict]:
+        """The Forward of x's rows, its weights, scratch, logits and features filled (and the scratch, which
+        the caller keeps alive through the call); the sequence's (or the batch's) fields are the caller's."""
         lm, dims = self.lm, self.dims
         n, hidden, inter = x.shape[0], dims.hidden, dims.inter
         width = (dims.heads + 2 * dims.kv_heads) * dims.head_dim
@@ -274,21 +333,27 @@ class NativeForward:
             feature_slot[layer] = index
         if self.pairs is None and not self.library.native_amx_active():
             self._pair_weights()
-        mask = None if mask is None else mask.to(torch.uint8).contiguous()
-        positions = positions.to(torch.int64).contiguous()
-        scratch = {"normed": new(n, hidden), "qkv": new(n, width), "heads_out": new(n, dims.heads * dims.head_dim),
-                   "projected": new(n, hidden), "gate_up": new(n, 2 * inter), "mlp": new(n, inter)}
-        call = Forward(ctypes.pointer(dims), n, start, lm.capacity, 0 if mask is None else mask.shape[1],
-                       team_size(),
-                       _address(positions), _address(lm.cos), _address(lm.sin_signed), _address(lm.kv),
-                       _address(mask), ctypes.addressof(self.layers), _address(lm.norm), _address(lm.lm_head),
-                       _address(self.lm_head_pairs), _address(x), *(_address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected",
-                                                                      "gate_up", "mlp")),
-                       _address(logits), _address(features), _address(feature_slot), self.timings)
-        code = self.library.forward(ctypes.byref(call))
-        if code:
-            raise refused(code, "forward")
-        return logits, [features[slots.index(layer)] for layer in feature_layers] if slots else []
+        scratch = {
+            "normed": new(n, hidden), "qkv": new(n, width), "heads_out": new(n, dims.heads * dims.head_dim),
+            "projected": new(n, hidden), "gate_up": new(n, 2 * inter), "mlp": new(n, inter),
+            "feature_slot": feature_slot}
+        call = Forward(dims=ctypes.pointer(dims), threads=team_size(), layers=ctypes.addressof(self.layers),
+                       final_norm=_address(lm.norm), lm_head=_address(lm.lm_head),
+                       lm_head_pairs=_address(self.lm_head_pairs), x=_address(x),
+                       **{k: _address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected", "gate_up",
+                                                            "mlp")},
+                       logits=_address(logits), features=_address(features), feature_slot=_address(feature_slot),
+                       timings=self.timings)
+        return call, logits, features, scratch
+
+    @staticmethod
+    def _features(features: torch.Tensor | None, feature_layers: list[int], spans: list[tuple[int, int]]
+                  ) -> list[list[torch.Tensor]]:
+        """Per span of rows, the residual stream at each of `feature_layers` ([rows, H] each)."""
+        if features is None:
+            return [[] for _ in spans]
+        slots = sorted(set(feature_layers))
+        return [[features[slots.index(layer), a:b] for layer in feature_layers] for a, b in spans]
 
 
 class KernelLinear(nn.Module):

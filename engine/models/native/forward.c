@@ -19,6 +19,11 @@
  * tree put a token's ancestors, so a token verified in a tree gets the bits it gets decoded alone.
  * Float32 models never come here.
  *
+ * `forward_batch` runs B sequences in one call, each with its own cache, positions and mask (one
+ * `Sequence` each): the products read every weight once for the rows of all, and each sequence's rows
+ * attend over its own cache. Since no output depends on the rows beside it, each sequence gets the
+ * bits it gets in a call of its own; `forward` is the batch of one.
+ *
  * Shapes (row-major, bf16 unless said): x [N, H]; kv [L, 2, kv_heads, C, d]; cos, sin_signed
  * [C, d]; mask [N, M] uint8 over the last M of the S = start + N columns (NULL: all visible);
  * weights per layer: qkv [(h + 2 kv) d, H], o [H, h d], gate_up [2 I, H], down [H, I]; logits
@@ -517,6 +522,49 @@ typedef struct {
     double *timings;                   /* [4] seconds added per stage: glue, products, attention, output; or NULL */
 } Forward;
 
+/* One sequence of a batched forward: its rows of x are the next n after the sequences before it. */
+typedef struct {
+    int n, start, capacity, masked_columns;
+    const int64_t *positions;          /* [n] rotary positions */
+    const bf16 *cos, *sin_signed;      /* [C, d] */
+    bf16 *kv;                          /* [L, 2, kv, C, d] */
+    const uint8_t *mask;               /* [n, M] or NULL */
+} Sequence;
+
+void native_sequence_struct_size(int64_t *size) { *size = sizeof(Sequence); }
+
+/* Where each row and each attention task of a batch belongs, laid out once per call. A task is one KV
+ * head's block of up to 16 (token, query head) pairs of one sequence. */
+typedef struct {
+    int count, rows, tasks, columns;   /* columns: the most cached columns a sequence attends over */
+    int row_sequence[MAX_TOKENS];
+    int first_row[MAX_TOKENS];
+    int first_task[MAX_TOKENS + 1];
+} Layout;
+
+static void lay_out(const Sequence *seqs, int count, int g, int group, Layout *layout) {
+    layout->count = count, layout->rows = 0, layout->tasks = 0, layout->columns = 0;
+    for (int s = 0; s < count; s++) {
+        layout->first_row[s] = layout->rows;
+        layout->first_task[s] = layout->tasks;
+        for (int t = 0; t < seqs[s].n; t++) layout->row_sequence[layout->rows + t] = s;
+        layout->rows += seqs[s].n;
+        layout->tasks += g * ((seqs[s].n * group + 15) / 16);
+        if (seqs[s].start + seqs[s].n > layout->columns) layout->columns = seqs[s].start + seqs[s].n;
+    }
+    layout->first_task[count] = layout->tasks;
+}
+
+static int sequence_of_task(const Layout *layout, int task) { /* the last s with first_task[s] <= task */
+    int low = 0, high = layout->count - 1;
+    while (low < high) {
+        int middle = (low + high + 1) / 2;
+        if (layout->first_task[middle] <= task) low = middle;
+        else high = middle - 1;
+    }
+    return low;
+}
+
 static void save_feature(const Forward *f, int layer, const bf16 *x) {
     if (f->features == NULL || f->feature_slot[layer] < 0) return;
     size_t size = (size_t)f->n * f->dims->hidden;
@@ -528,18 +576,41 @@ void native_struct_sizes(int64_t sizes[3]) {
     sizes[0] = sizeof(Dims), sizes[1] = sizeof(LayerWeights), sizes[2] = sizeof(Forward);
 }
 
-/* What a call may ask, checked before anything is read or written. */
-static int check(const Forward *f) {
+/* What one sequence of a call may ask: its rows fit its cache, its positions its rotary table, its mask
+ * its columns. */
+static int check_sequence(const Sequence *q) {
+    if (q->capacity % 16) return NATIVE_BAD_DIMS;
+    if (q->n < 1 || q->n > MAX_TOKENS) return NATIVE_TOO_MANY_TOKENS;
+    if (q->start < 0 || q->start + q->n > q->capacity) return NATIVE_PAST_CAPACITY;
+    for (int t = 0; t < q->n; t++)
+        if (q->positions[t] < 0 || q->positions[t] >= q->capacity) return NATIVE_BAD_POSITION;
+    if (q->masked_columns < 0 || q->masked_columns > q->start + q->n || (q->masked_columns > 0) != (q->mask != NULL))
+        return NATIVE_BAD_MASK;
+    return NATIVE_OK;
+}
+
+/* The call's own sequence (`forward`, `head_step`): its fields of Forward. */
+static Sequence sequence_of(const Forward *f) {
+    return (Sequence){.n = f->n, .start = f->start, .capacity = f->capacity, .masked_columns = f->masked_columns,
+                      .positions = f->positions, .cos = f->cos, .sin_signed = f->sin_signed, .kv = f->kv,
+                      .mask = f->mask};
+}
+
+/* What a call may ask, checked before anything is read or written: the dimensions, the paired weights
+ * the path needs, the rows of all its sequences together, then each sequence. */
+static int check_batch(const Forward *f, const Sequence *seqs, int count) {
     const Dims *D = f->dims;
     const int d = D->head_dim, h = D->heads, g = D->kv_heads, width = (h + 2 * g) * d;
-    if (D->hidden % 32 || D->inter % 32 || d % 32 || d > 256 || width % 4 || D->vocab % 4 || f->capacity % 16
+    if (D->hidden % 32 || D->inter % 32 || d % 32 || d > 256 || width % 4 || D->vocab % 4
         || g < 1 || h % g || D->layers < 1) return NATIVE_BAD_DIMS;
-    if (f->n < 1 || f->n > MAX_TOKENS) return NATIVE_TOO_MANY_TOKENS;
-    if (f->start < 0 || f->start + f->n > f->capacity) return NATIVE_PAST_CAPACITY;
-    for (int t = 0; t < f->n; t++)
-        if (f->positions[t] < 0 || f->positions[t] >= f->capacity) return NATIVE_BAD_POSITION;
-    if (f->masked_columns < 0 || f->masked_columns > f->start + f->n || (f->masked_columns > 0) != (f->mask != NULL))
-        return NATIVE_BAD_MASK;
+    if (count < 1 || count > MAX_TOKENS || f->n < 1 || f->n > MAX_TOKENS) return NATIVE_TOO_MANY_TOKENS;
+    int rows = 0;
+    for (int s = 0; s < count; s++) {
+        const int refused = check_sequence(&seqs[s]);
+        if (refused) return refused;
+        rows += seqs[s].n;
+    }
+    if (rows != f->n) return NATIVE_BAD_DIMS;
     if (native_amx_active() && D->vocab % 16 && f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS; /* tiles: 16 rows */
     if (!native_amx_active()) {
         if (f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS;
@@ -568,11 +639,9 @@ static inline void mark(Clock *clock, int stage) {
 
 /* What one decoder layer reads and writes besides its weights. */
 typedef struct {
-    int n, start, capacity, masked_columns, in_width; /* in_width: the attention input's width (H; 2H for a head) */
-    const int64_t *positions;
-    const bf16 *cos, *sin_signed;
-    const uint8_t *mask;
-    bf16 *keys, *values;                               /* [kv, C, d] each */
+    int n, layer, in_width;                            /* n: every sequence's rows; in_width: H (2H for a head) */
+    const Sequence *seqs;                              /* each with its cache [layers, 2, kv, C, d] */
+    const Layout *layout;
     const bf16 *attn_in;                               /* [N, in_width], normed */
     bf16 *x;                                           /* [N, H]: the residual stream, updated in place */
     bf16 *normed, *qkv, *heads_out, *projected, *gate_up, *mlp;
@@ -580,40 +649,54 @@ typedef struct {
     float *scores;                                     /* this thread's [16, S] */
 } LayerCall;
 
+/* A sequence's keys for this layer, [kv, C, d]; its values follow them. */
+static inline bf16 *layer_keys(const Sequence *q, int layer, int g, int d) {
+    return q->kv + (size_t)layer * 2 * g * q->capacity * d;
+}
+
 /* One Llama decoder layer from its normed attention input on, called by every thread of the team: q/k/v
- * and RoPE, the keys and values into the cache at slot start + t, attention, the output product and the
- * residual, the MLP and its residual. */
+ * and RoPE over every sequence's rows, each row's keys and values into its sequence's cache at slot
+ * start + t, attention per sequence over its own cache, the output product and the residual, the MLP
+ * and its residual. */
 static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall *c, Clock *clock) {
     const int n = c->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
-    const int S = c->start + n, width = (h + 2 * g) * d, group = h / g, blocks = (n * group + 15) / 16;
+    const int width = (h + 2 * g) * d, group = h / g;
     const int amx = c->packed != NULL;
+    const Layout *layout = c->layout;
     matmul(c->attn_in, n, c->in_width, w->qkv, w->qkv_pairs, width, c->qkv, c->packed);
     mark(clock, 1);
 #pragma omp for schedule(static)
-    for (int t = 0; t < n; t++) { /* RoPE on q and k; k and v into the cache at slot start + t */
-        bf16 *row = c->qkv + (size_t)t * width;
-        const int64_t position = c->positions[t];
+    for (int row = 0; row < n; row++) { /* RoPE on q and k; k and v into the sequence's cache at slot start + t */
+        const int s = layout->row_sequence[row], t = row - layout->first_row[s];
+        const Sequence *q = &c->seqs[s];
+        bf16 *keys = layer_keys(q, c->layer, g, d), *values = keys + (size_t)g * q->capacity * d;
+        bf16 *qkv = c->qkv + (size_t)row * width;
+        const int64_t position = q->positions[t];
         for (int head = 0; head < h + g; head++)
-            rope(row + head * d, c->cos + position * d, c->sin_signed + position * d, d);
+            rope(qkv + head * d, q->cos + position * d, q->sin_signed + position * d, d);
         for (int j = 0; j < g; j++) {
-            size_t slot = ((size_t)j * c->capacity + c->start + t) * d;
-            memcpy(c->keys + slot, row + (h + j) * d, d * sizeof(bf16));
-            memcpy(c->values + slot, row + (h + g + j) * d, d * sizeof(bf16));
+            size_t slot = ((size_t)j * q->capacity + q->start + t) * d;
+            memcpy(keys + slot, qkv + (h + j) * d, d * sizeof(bf16));
+            memcpy(values + slot, qkv + (h + g + j) * d, d * sizeof(bf16));
         }
     }
     mark(clock, 0);
 #pragma omp for schedule(static)
-    for (int task = 0; task < g * blocks; task++) {
-        int j = task / blocks, first = task % blocks * 16;
-        Queries Q = {.count = n * group - first < 16 ? n * group - first : 16};
+    for (int task = 0; task < layout->tasks; task++) {
+        const int s = sequence_of_task(layout, task), mine = task - layout->first_task[s];
+        const Sequence *q = &c->seqs[s];
+        const int blocks = (q->n * group + 15) / 16, j = mine / blocks, first = mine % blocks * 16;
+        const int row0 = layout->first_row[s];
+        Queries Q = {.count = q->n * group - first < 16 ? q->n * group - first : 16};
         for (int i = 0; i < Q.count; i++) {
             int t = (first + i) / group, head = j * group + (first + i) % group;
-            Q.q[i] = c->qkv + (size_t)t * width + head * d;
+            Q.q[i] = c->qkv + (size_t)(row0 + t) * width + head * d;
             Q.token[i] = t;
-            Q.out[i] = c->heads_out + ((size_t)t * h + head) * d;
+            Q.out[i] = c->heads_out + ((size_t)(row0 + t) * h + head) * d;
         }
-        attend(&Q, c->keys + (size_t)j * c->capacity * d, c->values + (size_t)j * c->capacity * d, S, d,
-               c->masked_columns, c->mask, amx, c->scores);
+        bf16 *keys = layer_keys(q, c->layer, g, d);
+        attend(&Q, keys + (size_t)j * q->capacity * d, keys + ((size_t)g + j) * q->capacity * d, q->start + q->n, d,
+               q->masked_columns, q->mask, amx, c->scores);
     }
     mark(clock, 2);
     matmul(c->heads_out, n, h * d, w->o, w->o_pairs, H, c->projected, c->packed);
@@ -649,32 +732,32 @@ static int team_scratch(int widest, int S, int threads, uint32_t **packed, float
     return NATIVE_OK;
 }
 
-int forward(const Forward *f) {
-    const int refused = check(f);
+/* The forward of every sequence's rows, x [Σn, H] in f->x; f's own per-sequence fields are not read. */
+int forward_batch(const Forward *f, const Sequence *seqs, int count) {
+    const int refused = check_batch(f, seqs, count);
     if (refused) return refused;
     const Dims *D = f->dims;
     const int n = f->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
     int widest = H > I ? H : I; /* the longest input of a product */
     if (h * d > widest) widest = h * d;
+    Layout layout;
+    lay_out(seqs, count, g, h / g, &layout);
     uint32_t *packed;
     float *all_scores;
-    if (team_scratch(widest, f->start + n, f->threads, &packed, &all_scores)) return NATIVE_NO_MEMORY;
+    if (team_scratch(widest, layout.columns, f->threads, &packed, &all_scores)) return NATIVE_NO_MEMORY;
     Clock clock = {f->timings, omp_get_wtime()};
 #pragma omp parallel num_threads(f->threads)
     {
 #ifdef __AMX_BF16__
         if (packed) amx_configure();
 #endif
-        LayerCall call = {.n = n, .start = f->start, .capacity = f->capacity, .masked_columns = f->masked_columns,
-                          .in_width = H, .positions = f->positions, .cos = f->cos, .sin_signed = f->sin_signed,
-                          .mask = f->mask, .attn_in = f->normed, .x = f->x, .normed = f->normed, .qkv = f->qkv,
-                          .heads_out = f->heads_out, .projected = f->projected, .gate_up = f->gate_up,
-                          .mlp = f->mlp, .packed = packed,
-                          .scores = all_scores + (size_t)16 * (f->start + n) * omp_get_thread_num()};
+        LayerCall call = {.n = n, .in_width = H, .seqs = seqs, .layout = &layout, .attn_in = f->normed, .x = f->x,
+                          .normed = f->normed, .qkv = f->qkv, .heads_out = f->heads_out, .projected = f->projected,
+                          .gate_up = f->gate_up, .mlp = f->mlp, .packed = packed,
+                          .scores = all_scores + (size_t)16 * layout.columns * omp_get_thread_num()};
         for (int l = 0; l < D->layers; l++) {
             const LayerWeights *w = &f->layers[l];
-            call.keys = f->kv + (size_t)l * 2 * g * f->capacity * d;
-            call.values = call.keys + (size_t)g * f->capacity * d;
+            call.layer = l;
 #pragma omp single
             {
                 save_feature(f, l, f->x);
@@ -698,6 +781,12 @@ int forward(const Forward *f) {
     free(packed);
     free(all_scores);
     return NATIVE_OK;
+}
+
+/* One sequence's forward: the batch of one. */
+int forward(const Forward *f) {
+    const Sequence only = sequence_of(f);
+    return forward_batch(f, &only, 1);
 }
 
 /* One step of an EAGLE-3 draft head (engine/models/head.py): a Llama decoder layer whose attention reads
@@ -726,10 +815,14 @@ int head_step(const HeadStep *s) {
     const Dims *D = s->dims;
     const int n = s->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
     const Forward as_forward = {.dims = D, .n = n, .start = s->start, .capacity = s->capacity,
-                                .masked_columns = s->masked_columns, .positions = s->positions, .mask = s->mask,
-                                .layers = s->layer, .lm_head_pairs = s->lm_head_pairs};
-    const int refused = check(&as_forward);
+                                .masked_columns = s->masked_columns, .positions = s->positions, .cos = s->cos,
+                                .sin_signed = s->sin_signed, .kv = s->kv, .mask = s->mask, .layers = s->layer,
+                                .lm_head_pairs = s->lm_head_pairs};
+    const Sequence only = sequence_of(&as_forward);
+    const int refused = check_batch(&as_forward, &only, 1);
     if (refused) return refused;
+    Layout layout;
+    lay_out(&only, 1, g, h / g, &layout);
     if (s->first_logit < 0 || s->first_logit >= n) return NATIVE_BAD_DIMS;
     int widest = 2 * H > I ? 2 * H : I;
     if (h * d > widest) widest = h * d;
@@ -752,9 +845,7 @@ int head_step(const HeadStep *s) {
             }
             if (!s->norm_before_residual) memcpy(s->x, s->state, (size_t)n * H * sizeof(bf16));
         }
-        LayerCall call = {.n = n, .start = s->start, .capacity = s->capacity, .masked_columns = s->masked_columns,
-                          .in_width = 2 * H, .positions = s->positions, .cos = s->cos, .sin_signed = s->sin_signed,
-                          .mask = s->mask, .keys = s->kv, .values = s->kv + (size_t)g * s->capacity * d,
+        LayerCall call = {.n = n, .layer = 0, .in_width = 2 * H, .seqs = &only, .layout = &layout,
                           .attn_in = s->attn_in, .x = s->x, .normed = s->normed, .qkv = s->qkv,
                           .heads_out = s->heads_out, .projected = s->projected, .gate_up = s->gate_up,
                           .mlp = s->mlp, .packed = packed,
