@@ -201,7 +201,7 @@ class Batch:
         verify_ms = (clock(device) - began) * 1000
         for (member, step), output in zip(drafted, outputs):
             try:
-                member.run.finish(step, output, verify_ms)
+                member.run.finish(step, output, verify_ms, shared=len(drafted))
             except Exception as error:
                 self._fail(member, error)
                 continue

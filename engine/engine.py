@@ -348,9 +348,10 @@ class _Run:
         drafted = clock(device)
         return Drafted(tree, dists, self._verify_item(tree), meter, started, drafted)
 
-    def finish(self, drafted: Drafted, out: ForwardOutput, verify_ms: float) -> None:
-        """The step's second half, given the target's forward over the tree (`verify_ms` its time): accept →
-        commit → report; sets the next root, and `stop` where generation ends."""
+    def finish(self, drafted: Drafted, out: ForwardOutput, verify_ms: float, shared: int = 1) -> None:
+        """The step's second half, given the target's forward over the tree (`verify_ms` its time, over the
+        trees of `shared` requests): accept → commit → report; sets the next root, and `stop` where generation
+        ends."""
         device = self.target.device
         verified = clock(device)
         tree = drafted.tree
@@ -369,7 +370,7 @@ class _Run:
         adjustments = self.policy.observe(StepOutcome(tree_size=len(tree) - 1, depth=tree.max_depth,
                                                       accepted=len(accepted.path) - 1, times=times,
                                                       prefix_len=self.target.cache_len))
-        self.reporter.step_done(result, forwards_now - forwards, times, adjustments)
+        self.reporter.step_done(result, forwards_now - forwards, times, adjustments, shared)
         self.root, self.stop = accepted.token, stop
 
     def _draft(self, root: int) -> tuple[DraftTree, dict[int, torch.Tensor]]:

@@ -211,6 +211,7 @@ class StepMetrics(_Event, Timings):
     width: int  # the widest layer of the verified tree
     draft_forwards: int
     new_tokens: int  # total so far
+    shared: int = 1  # requests whose trees this step's one target forward verified (1: alone; >1 in a batch)
 
 
 class _PolicyAdjustedHeader(_Event):

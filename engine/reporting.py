@@ -108,7 +108,7 @@ class RunReporter:
         self.emit(TextDelta(**header, tokens=result.kept, text=delta, accepted=result.accepted_kept))
 
     def step_done(self, result: VerifiedStep, draft_forwards: int, times: Timings,
-                  adjustments: list[Adjustment]) -> None:
+                  adjustments: list[Adjustment], shared: int = 1) -> None:
         """What the policy changed after the step, and the step's summary; adds to the run's totals."""
         header = {**self.header, "step": result.step}
         for change in adjustments:
@@ -120,7 +120,7 @@ class RunReporter:
         self.emit(StepMetrics(**header, **times.model_dump(), accepted=result.accepted_kept,
                               emitted=len(result.kept), tree_size=len(tree) - 1, depth=tree.max_depth,
                               width=layer_width(tree), draft_forwards=draft_forwards,
-                              new_tokens=len(result.generated)))
+                              new_tokens=len(result.generated), shared=shared))
 
     def finished(self, stop: str, wall_s: float, generated: list[int]) -> RunFinished:
         """The run's summary: τ, δ, c and tokens per second over the whole run."""

@@ -39,6 +39,8 @@ def test_four_clients_share_one_batch_and_each_hears_only_its_own_run_equal_to_i
             ws.send_json(run_message(prompt, max_new_tokens=12))
         heard = [receive_run(ws) for ws in sockets]
     assert max(sizes) >= 2  # runs from different clients were verified in one forward
+    shared = [m["shared"] for messages in heard for m in messages if m["type"] == "step_metrics"]
+    assert max(shared) >= 2 and max(shared) <= 4  # and each run's steps say so (the page's shared-note)
     for prompt, messages in zip(PROMPTS, heard):
         assert not any(m["type"] == "queued" for m in messages)  # four places: nobody waits in line
         finished = messages[-1]

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { costAwareSpeedup, oneTokenForward, ownTimesSpeedup, stepTimes, timeTotals } from "../../static/js/model/timesplit.js";
+import { costAwareSpeedup, oneTokenForward, ownTimesSpeedup, sharedNote, stepTimes, timeTotals } from "../../static/js/model/timesplit.js";
 
 const metric = (step, { draft = 0, forward = 0, forwards = 0, verify, other = 0, size = 0, emitted = 1 }) => ({
   type: "step_metrics", step, draft_ms: draft, draft_forward_ms: forward, draft_forwards: forwards, verify_ms: verify,
@@ -15,12 +15,19 @@ const talon = [metric(1, { draft: 10, forward: 8, forwards: 4, verify: 70, other
 
 test("a_steps_time_splits_into_draft_verify_and_other_as_its_metrics_report", () => {
   const [first] = stepTimes(talon);
-  assert.deepEqual(first, { step: 1, draft: 10, verify: 70, other: 4, total: 84, draftForwardMs: 8, draftForwards: 4, treeTokens: 61 });
+  assert.deepEqual(first, { step: 1, draft: 10, verify: 70, other: 4, total: 84, draftForwardMs: 8, draftForwards: 4, treeTokens: 61, shared: 1 });
   const totals = timeTotals(stepTimes(talon));
   assert.equal(totals.total, 180);
   assert.equal(totals.verify, 148);
   assert.ok(Math.abs(totals.share.draft + totals.share.verify + totals.share.other - 1) < 1e-12);
   assert.equal(timeTotals([]), null);
+});
+
+test("a_run_verified_in_a_servers_batch_says_so_and_a_run_alone_says_nothing", () => {
+  assert.equal(sharedNote(stepTimes(talon)), null);
+  const batched = [{ ...talon[0], shared: 4 }, talon[1]];
+  assert.equal(sharedNote(stepTimes(batched)),
+               "1 of 2 steps were verified in one forward with other runs' trees (up to 4 requests): their verify times are the shared forward's.");
 });
 
 test("time_outside_the_forwards_counts_on_both_sides_in_units_of_plain_decodings_step", () => {

@@ -19,7 +19,23 @@ export function stepTimes(events) {
     step: m.step, draft: m.draft_ms ?? 0, verify: m.verify_ms ?? 0, other: m.other_ms ?? 0,
     total: (m.draft_ms ?? 0) + (m.verify_ms ?? 0) + (m.other_ms ?? 0),
     draftForwardMs: m.draft_forward_ms ?? 0, draftForwards: m.draft_forwards ?? 0, treeTokens: (m.tree_size ?? 0) + 1,
+    shared: m.shared ?? 1,
   }));
+}
+
+/**
+ * What the page says when a server batched this run with others' (step_metrics.shared > 1), else null:
+ * its verify times are then the shared forward's, over every request's tree.
+ *
+ * sharedNote([{ shared: 1 }, { shared: 3 }, { shared: 2 }])
+ *   -> "2 of 3 steps were verified in one forward with other runs' trees (up to 3 requests): their verify times are the shared forward's."
+ */
+export function sharedNote(times) {
+  const shared = times.filter((t) => t.shared > 1);
+  if (!shared.length) return null;
+  const most = Math.max(...shared.map((t) => t.shared));
+  return `${shared.length} of ${times.length} steps were verified in one forward with other runs' trees (up to ${most} requests): `
+    + "their verify times are the shared forward's.";
 }
 
 /**

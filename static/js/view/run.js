@@ -2,6 +2,7 @@
 
 import { outputSegments } from "../model/events.js";
 import { formatNumber, shadeClass } from "../model/format.js";
+import { sharedNote } from "../model/timesplit.js";
 import { barChart } from "./charts.js";
 import { el } from "./dom.js";
 import { timeSplitChart } from "./timesplit.js";
@@ -85,7 +86,9 @@ export function renderTimeSplit(box, times, { current = -1, onPick = null } = {}
     return;
   }
   const width = Math.max(320, Math.min(1200, box.clientWidth || 640));
-  box.replaceChildren(timeSplitChart(times, { current, onPick, width, height: width < 500 ? 180 : 200 }));
+  const shared = sharedNote(times);
+  box.replaceChildren(...(shared ? [el("p", { class: "shared-note", "data-testid": "shared-note" }, shared)] : []),
+                      timeSplitChart(times, { current, onPick, width, height: width < 500 ? 180 : 200 }));
 }
 
 /** What /api/info says the page's numbers rest on: costs assumed, a default policy not measured here. */
