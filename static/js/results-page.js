@@ -4,14 +4,16 @@
 import { formatNumber } from "./model/format.js";
 import { baselinePolicy } from "./model/policies.js";
 import {
-  PALETTE, acceptLengthSeries, acceptanceByDepthSeries, categoryHeads, categoryRows, checkReport, coloursOf,
+  PALETTE, acceptLengthSeries, acceptanceByDepthSeries, batchSweepSeries, categoryHeads, categoryRows, checkReport, coloursOf,
   costSeries, describeReport, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries,
   tauVsSizeSeries, timeSplitSeries, withBaseline,
 } from "./model/results.js";
 import { costChart, speedupChart, tauByCategoryChart, tauVsSizeChart } from "./view/charts.js";
 import { el } from "./view/dom.js";
 import { chartSvgText, download, svgToPng } from "./view/export.js";
-import { acceptLengthChart, acceptanceByDepthChart, chartWidth, timeSplitChart } from "./view/results-charts.js";
+import {
+  acceptLengthChart, acceptanceByDepthChart, batchSweepChart, chartWidth, timeSplitChart,
+} from "./view/results-charts.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -54,6 +56,8 @@ function drawCharts() {
     tauVsSizeChart(tauVsSizeSeries(shown), colours, size),
     costChart(costSeries(shown), PALETTE, size),
   ];
+  const sweep = batchSweepSeries(shown);
+  if (sweep) figures.splice(1, 0, batchSweepChart(sweep, colours, size)); // a sweep's own question, after speedups
   for (const figure of figures) figure.append(exportButtons(figure));
   $("results-charts").replaceChildren(...figures);
 }

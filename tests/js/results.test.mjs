@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  acceptLengthSeries, acceptanceByDepthSeries, categoryHeads, categoryRows, checkReport, coloursOf, costSeries,
+  batchSweepSeries, acceptLengthSeries, acceptanceByDepthSeries, categoryHeads, categoryRows, checkReport, coloursOf, costSeries,
   describeReport, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
   timeSplitSeries, withBaseline,
 } from "../../static/js/model/results.js";
@@ -141,4 +141,17 @@ test("the_csv_is_tidy_quotes_what_needs_it_and_holds_depths_and_tokens_per_step"
   assert.ok(lines.includes("talon,tokens_per_step,2,steps,4"));
   assert.ok(lines.includes('"talon:note=""a,b""",run,,steps,6'));
   assert.ok(lines.every((line) => !line.startsWith("ar,depth")));
+});
+
+test("a_batch_sweep_draws_each_drafting_policys_speedup_at_every_batch_and_one_batch_draws_none", () => {
+  const point = (policy, batch, speedup) => ({ policy, batch, speedup_vs_ar: speedup, tokens_per_s: 1,
+                                               tokens_per_s_per_request: 1, tau: 2, identical_to_ar: true });
+  const report = { baseline: "ar", batch_sweep: [point("ar", 1, 1), point("cast", 4, 1.2), point("cast", 1, 1.4),
+                                                 point("eagle", 1, 0.9), point("ar", 4, 1), point("eagle", 4, null)] };
+  assert.deepEqual(batchSweepSeries(report), {
+    batches: [1, 4],
+    lines: [{ label: "cast", points: [{ batch: 1, speedup: 1.4 }, { batch: 4, speedup: 1.2 }] },
+            { label: "eagle", points: [{ batch: 1, speedup: 0.9 }] }],
+  });
+  assert.equal(batchSweepSeries({ baseline: "ar", results: [] }), null);
 });

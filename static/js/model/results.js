@@ -165,6 +165,27 @@ export function acceptLengthSeries(report) {
   return { lengths, series };
 }
 
+/**
+ * Speedup against batch size from `bench --batch B1,B2,…` (the report's batch_sweep): the batch sizes and,
+ * per drafting policy, its speedup over ar at each size (ar at the same batch is 1 by definition); null
+ * where the report ran one batch size.
+ *
+ * batchSweepSeries({ baseline: "ar", batch_sweep: [{ policy: "ar", batch: 1, speedup_vs_ar: 1 },
+ *   { policy: "cast", batch: 1, speedup_vs_ar: 1.4 }, { policy: "cast", batch: 4, speedup_vs_ar: 1.2 }] })
+ *   -> { batches: [1, 4], lines: [{ label: "cast", points: [{ batch: 1, speedup: 1.4 }, { batch: 4, speedup: 1.2 }] }] }
+ */
+export function batchSweepSeries(report) {
+  const sweep = report.batch_sweep;
+  if (!sweep?.length) return null;
+  const batches = [...new Set(sweep.map((p) => p.batch))].sort((a, b) => a - b);
+  const labels = [...new Set(sweep.map((p) => p.policy))].filter((label) => label !== report.baseline);
+  return { batches, lines: labels.map((label) => ({
+    label,
+    points: sweep.filter((p) => p.policy === label && p.speedup_vs_ar != null)
+      .sort((a, b) => a.batch - b.batch).map((p) => ({ batch: p.batch, speedup: p.speedup_vs_ar })),
+  })) };
+}
+
 /** Where each policy's step time went: draft, verify and other shares (Hugging Face's baselines keep none). */
 export function timeSplitSeries(report) {
   return report.results.filter((r) => r.share_draft != null).map((r) => ({

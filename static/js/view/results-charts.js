@@ -2,7 +2,7 @@
 // acceptance-length histogram. Series come from model/results.js; frame, axes and legend from charts.js.
 // A report that predates a chart's data (version 1) gets the chart's frame and a note saying so.
 
-import { linear, niceTicks, tickText } from "../model/scale.js";
+import { linear, log2, niceTicks, tickText } from "../model/scale.js";
 import { axisX, axisY, frame, legend, note } from "./charts.js";
 import { svgEl } from "./dom.js";
 
@@ -154,5 +154,37 @@ export function acceptLengthChart(data, colours, { width = 640, version = 1 } = 
   chart.svg.append(svgEl("text", { x: (x0 + x1) / 2, y: chart.height - 4, "text-anchor": "middle", class: "axis-label" },
                          "tokens emitted in one step (k)"));
   legend(chart, series.map((line) => ({ label: line.label, colour: colours[line.label] })));
+  return chart.figure;
+}
+
+/** Lines: each drafting policy's speedup over ar at every batch size of a sweep; ar at the same batch is 1. */
+export function batchSweepChart(data, colours, { width = 640 } = {}) {
+  const chart = frame({ title: "Speedup against batch size", kind: "batch-sweep", testid: "batch-sweep", width,
+                        caption: "each point: the policy's tokens/s over ar's at the same batch (B requests " +
+                                 "verified in one forward), prompts B at a time" });
+  if (data == null) {
+    note(chart, "this report ran one batch size (bench --batch 1,2,4,8 draws this)");
+    return chart.figure;
+  }
+  const { x0, x1, y0, y1 } = chart.plot;
+  const { batches, lines } = data;
+  const x = batches.length > 1 ? log2(batches[0], batches.at(-1), x0 + 12, x1 - 12) : () => (x0 + x1) / 2;
+  const values = lines.flatMap((line) => line.points.map((p) => p.speedup));
+  const y = linear(0, niceTicks(0, Math.max(1.2, ...values)).at(-1), y0, y1);
+  axisX(chart, x, batches, "requests in one forward (batch, log scale)", String);
+  axisY(chart, y, niceTicks(0, y.high, 4), "speedup over ar (same batch)");
+  chart.svg.append(svgEl("line", { x1: x0, y1: y(1), x2: x1, y2: y(1), class: "reference" }));
+  for (const line of lines) {
+    const colour = colours[line.label];
+    const d = line.points.map((p, k) => `${k ? "L" : "M"}${x(p.batch).toFixed(1)},${y(p.speedup).toFixed(1)}`).join(" ");
+    chart.svg.append(svgEl("path", { d, fill: "none", stroke: colour, "stroke-width": 2, "data-policy": line.label }));
+    for (const p of line.points) {
+      const dot = svgEl("circle", { cx: x(p.batch), cy: y(p.speedup), r: 3.5, fill: colour, "data-policy": line.label,
+                                    "data-batch": p.batch, "data-value": p.speedup.toFixed(2) });
+      dot.append(svgEl("title", {}, `${line.label} at batch ${p.batch}: ${p.speedup.toFixed(2)}× ar`));
+      chart.svg.append(dot);
+    }
+  }
+  legend(chart, lines.map((line) => ({ label: line.label, colour: colours[line.label], shape: "round" })));
   return chart.figure;
 }
