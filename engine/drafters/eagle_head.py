@@ -226,11 +226,12 @@ class EagleHeadDrafter(Drafter):
         """Records the nodes just run (their keys are the cache's next columns): states [N, H], logits [N, Vd]."""
         first = self.ran
         self.ran += len(nodes)
-        for i, node in enumerate(nodes):
+        rows = zip(states.unbind(0), logits.unbind(0))  # every row's view in one op each, not two ops a node
+        for i, (node, (state, row)) in enumerate(zip(nodes, rows)):
             self.slot[node] = first + i
             self.ancestry[node] = above[i] + [first + i]
-            self.node_state[node] = states[i]
-            self.node_logits[node] = logits[i]
+            self.node_state[node] = state
+            self.node_logits[node] = row
 
     def _sampled_children(self, node: int, logits: torch.Tensor, k: int, sampling: SamplingParams,
                           generator: torch.Generator) -> Proposal:
