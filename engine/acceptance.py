@@ -118,11 +118,13 @@ def children_lists(tree: DraftTree) -> list[list[int]]:
     return children
 
 
-def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
+def accept_greedy(tree: DraftTree, target_logits: torch.Tensor, odds: bool = True) -> Acceptance:
     """target_logits: [T, V]. The longest path of argmax tokens, then the argmax after it.
 
     Only the rows the walk visits are read (an argmax each, then their log-sum-exp for the p's
-    reported): the other nodes' logits are never needed."""
+    reported): the other nodes' logits are never needed. The p's only inform a report of the walk,
+    not the walk itself: with `odds` off (a run that reports none, the benchmark's) their log-sum-exp
+    over the vocabulary is skipped, and every p, token_p included, is left at 0 and p_of_node empty."""
     children = children_lists(tree)
     path, visits = [0], []
     node = 0
@@ -141,6 +143,8 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
         node = match
     visits[-1].drawn = best
     kind = "recovered" if children[node] else "bonus"
+    if not odds:
+        return Acceptance(path, best, kind, 0.0, visits, {})
     rows = target_logits[path]  # [A, V]: only the rows the walk read
     lse = torch.logsumexp(rows, dim=-1)  # [A]
     wanted = [(row, check.token) for row, visit in enumerate(visits) for check in visit.checks] + [(len(path) - 1, best)]

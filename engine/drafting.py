@@ -84,15 +84,14 @@ def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefi
 
 
 def _add_layer(draft: Draft, pool: Pool, selection: LayerSelection) -> list[int]:
-    """Adds the kept candidates to the tree; returns the next frontier."""
-    frontier, nodes = [], []
-    for i, decision in enumerate(selection.decisions):
-        node = None
-        if decision.kept:
-            node = draft.tree.add(pool.parent[i], pool.token[i], pool.q[i], pool.score[i], pool.source[i],
-                                  pool.sampled[i])
-            if decision.expanded:
-                frontier.append(node)
-        nodes.append(node)
+    """Adds the kept candidates to the tree, in pool order; returns the next frontier."""
+    decisions = selection.decisions
+    kept = [i for i, decision in enumerate(decisions) if decision.kept]
+    first = draft.tree.extend([pool.parent[i] for i in kept], [pool.token[i] for i in kept],
+                              [pool.q[i] for i in kept], [pool.score[i] for i in kept],
+                              [pool.source[i] for i in kept], [pool.sampled[i] for i in kept])
+    nodes: list[int | None] = [None] * len(decisions)
+    for node, i in enumerate(kept, start=first):
+        nodes[i] = node
     draft.layers.append(GrownLayer(pool, selection, nodes))
-    return frontier
+    return [first + j for j, i in enumerate(kept) if decisions[i].expanded]

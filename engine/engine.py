@@ -406,7 +406,8 @@ class _Run:
                 ) -> tuple[Acceptance, Callable[[int], torch.Tensor]]:
         """The acceptance walk, and the target's distribution at a node as the walk read it (for the report)."""
         if self.request.sampling.greedy:
-            return accept_greedy(tree, logits), lambda node: torch.softmax(logits[node].double(), dim=-1)
+            return (accept_greedy(tree, logits, odds=self.reporter.detail),
+                    lambda node: torch.softmax(logits[node].double(), dim=-1))
         probs = probs_from_logits(logits, self.request.sampling)  # [T, V]
         return accept_sampled(tree, probs, dists, self.generator), lambda node: probs[node]
 

@@ -62,6 +62,28 @@ class DraftTree:
         self.sampled.append(sampled)
         return len(self) - 1
 
+    def extend(self, parent: list[int], token: list[int], q: list[float], score: list[float], source: list[str],
+               sampled: list[bool]) -> int:
+        """Appends nodes whose parents are already in the tree (a layer: `add` for each, in one go); returns
+        the index of the first.
+
+        >>> t = DraftTree.with_root(5); t.extend([0, 0], [7, 8], [0.5, 0.3], [0.5, 0.3], ["x", "x"], [False, False])
+        1
+        >>> t.depth
+        [0, 1, 1]
+        """
+        first = len(self)
+        assert all(0 <= p < first for p in parent), "a node's parent must already be in the tree"
+        depth = self.depth
+        self.parent += parent
+        self.token += token
+        self.depth += [depth[p] + 1 for p in parent]
+        self.q += q
+        self.score += score
+        self.source += source
+        self.sampled += sampled
+        return first
+
     @property
     def max_depth(self) -> int:
         return max(self.depth)

@@ -429,3 +429,29 @@ def test_a_batched_kernel_call_checks_every_sequence_at_its_boundary():
         lm.kernel.batch(x, [fits, (bad, torch.tensor([0]), None, bad.capacity)], [])
     with pytest.raises(RuntimeError, match="rotary position outside the cache"):
         lm.kernel.batch(x, [fits, (bad, torch.tensor([bad.capacity]), None, 0)], [])
+
+
+@needs_kernel
+def test_a_head_on_the_kernel_proposes_more_children_than_its_top_k_ranks(kernel_path):
+    """talon's gated layers ask for every child the budget has left (up to 512 with talon-adaptive), beyond the
+    kernel's TOP_K_MAX: the head then ranks its bf16 logits with torch, the same children best first (up to
+    the order among tied logits, which torch.topk leaves open)."""
+    from engine.drafters.eagle_head import EagleHeadDrafter
+    from engine.sampling import SamplingParams
+    from engine.tree import DraftTree
+    from test_hybrid import random_head
+
+    target = tiny_llama(seed=2, hidden=HIDDEN, layers=3, dtype=torch.bfloat16)
+    drafter = EagleHeadDrafter(random_head(target, dtype=torch.bfloat16), num_target_layers=3)
+    assert drafter.native is not None
+    context = [(13 * i) % 200 + 1 for i in range(30)]
+    features = torch.randn(len(context) - 1, 3 * HIDDEN, generator=torch.Generator().manual_seed(3))
+    drafter.start(context, features.to(torch.bfloat16))
+    tree = DraftTree.with_root(context[-1])
+    ranked, wide = (drafter.propose(tree, [0], k, False, SamplingParams(), torch.Generator())[0]
+                    for k in (native.TOP_K_MAX, native.TOP_K_MAX + 36))
+    assert len(wide.token) == native.TOP_K_MAX + 36 and wide.q == sorted(wide.q, reverse=True)
+    assert wide.q[:native.TOP_K_MAX] == pytest.approx(ranked.q, rel=1e-5)
+    last = ranked.q[-1]
+    assert {t for t, q in zip(wide.token, wide.q) if q > last * (1 + 1e-5)} == \
+        {t for t, q in zip(ranked.token, ranked.q) if q > last * (1 + 1e-5)}

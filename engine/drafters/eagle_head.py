@@ -138,9 +138,11 @@ class EagleHeadDrafter(Drafter):
 
     def _top_k(self, draft: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The k best of each row of draft logits [N, Vd] (values and indices) and each row's log-sum-exp:
-        in the kernel for its bf16 logits (one C call), else by torch over float ones."""
-        if draft.dtype == torch.bfloat16 and self.native is not None:
+        in the kernel for its bf16 logits (one C call) up to the k it ranks (a budgeted policy may ask for
+        more: talon's gated layers for everything its budget has left), else by torch over float ones."""
+        if draft.dtype == torch.bfloat16 and self.native is not None and k <= native.TOP_K_MAX:
             return native.top_k_lse(draft, k)
+        draft = draft.float()  # [N, Vd]: the kernel's values and log-sum-exp are float32 too
         top = torch.topk(draft, k, dim=-1)  # [N, k]: one call for the frontier
         return top.values, top.indices, torch.logsumexp(draft, dim=-1)
 
@@ -152,11 +154,14 @@ class EagleHeadDrafter(Drafter):
         """[N, Vd] draft-vocabulary logits of the head at each frontier node (computed once per node): the
         kernel's bfloat16 as it wrote them, else float32."""
         missing = [n for n in frontier if n not in self.node_logits]
+        ran = None
         if 0 in missing:
-            self._run_root(tree)
+            ran = self._run_root(tree)
             missing.remove(0)
         if missing:
-            self._run_nodes(tree, missing)
+            ran = self._run_nodes(tree, missing)
+        if ran is not None and len(ran) == len(frontier):  # the usual layer: one forward ran the whole frontier,
+            return ran  # in its order, so its logits are the answer as they stand (no copy of N × Vd)
         return torch.stack([self.node_logits[n] for n in frontier])
 
     def prob(self, node: int, token: int) -> float:
@@ -181,7 +186,6 @@ class EagleHeadDrafter(Drafter):
             at = torch.tensor(positions, device=self.device)
             if self.native is not None:
                 out, logits = self.native(self.head.embed(ids), state, at, self.kv, start, masked, first_logit)
-                logits = logits.clone()  # [R, Vd] bf16, a tensor of its own (the kernel reuses its buffer)
             else:
                 out, logits = self._torch_step(ids, state, at, start, masked, first_logit)
                 logits = logits.float()  # [R, Vd]
@@ -201,9 +205,9 @@ class EagleHeadDrafter(Drafter):
         self.kv[1, :, start:start + n] = v[0]
         return out[0], self.head.draft_logits(out[0, first_logit:])
 
-    def _run_root(self, tree: DraftTree) -> None:
+    def _run_root(self, tree: DraftTree) -> torch.Tensor:
         """The pending context pairs and the root pair in one causal forward; the pending pairs join the
-        cache and the root becomes node 0, the tree's first column."""
+        cache and the root becomes node 0, the tree's first column. Returns the root's logits [1, Vd]."""
         self._clear_tree()
         tokens = self.pending_tokens + [tree.token[0]]
         features = torch.stack(self.pending_features + [self.root_feature]).to(self.device)  # [M + 1, F]
@@ -212,30 +216,31 @@ class EagleHeadDrafter(Drafter):
         self.length += len(tokens) - 1
         self.pending_tokens, self.pending_features = [], []
         self._store([0], [[]], out[-1:], logits)
+        return logits
 
-    def _run_nodes(self, tree: DraftTree, nodes: list[int]) -> None:
+    def _run_nodes(self, tree: DraftTree, nodes: list[int]) -> torch.Tensor:
         """Drafted nodes: each pairs its token with its parent's output state, attending to the committed
-        cache, its ancestors and itself (the columns of this step's tree: ran before, N new)."""
+        cache, its ancestors and itself (the columns of this step's tree: ran before, N new). Returns their
+        logits [N, Vd]."""
         ran = self.ran
         above = [self.ancestry[tree.parent[n]] for n in nodes]  # each node's ancestors' columns
-        masked = torch.zeros(len(nodes), ran + len(nodes), dtype=torch.bool)  # [N, D + N] over the tree's columns
-        rows = [i for i, columns in enumerate(above) for _ in columns]
-        masked[rows, [c for columns in above for c in columns]] = True
-        masked[range(len(nodes)), range(ran, ran + len(nodes))] = True
+        masked = _ancestry_mask(above, ran)  # [N, D + N] over the tree's columns
         state = torch.stack([self.node_state[tree.parent[n]] for n in nodes])  # [N, H]
         positions = [self.length + tree.depth[n] for n in nodes]  # the root pair sits at column `length`
         out, logits = self._timed_step([tree.token[n] for n in nodes], state, positions, masked, 0)
         self._store(nodes, above, out, logits)
+        return logits
 
     def _store(self, nodes: list[int], above: list[list[int]], states: torch.Tensor, logits: torch.Tensor) -> None:
         """Records the nodes just run (their keys are the cache's next columns): states [N, H], logits [N, Vd]."""
         first = self.ran
         self.ran += len(nodes)
-        for i, node in enumerate(nodes):
+        rows = zip(states.unbind(0), logits.unbind(0))  # every row's view in one op each, not two ops a node
+        for i, (node, (state, row)) in enumerate(zip(nodes, rows)):
             self.slot[node] = first + i
             self.ancestry[node] = above[i] + [first + i]
-            self.node_state[node] = states[i]
-            self.node_logits[node] = logits[i]
+            self.node_state[node] = state
+            self.node_logits[node] = row
 
     def _sampled_children(self, node: int, logits: torch.Tensor, k: int, sampling: SamplingParams,
                           generator: torch.Generator) -> Proposal:
@@ -260,3 +265,20 @@ class EagleHeadDrafter(Drafter):
         self.root_feature = features[-1]
         self._clear_tree()
 
+
+def _ancestry_mask(above: list[list[int]], ran: int) -> torch.Tensor:
+    """[N, ran + N] bool: row i sees the columns in above[i] (its ancestors among the `ran` run before) and
+    its own, ran + i. Built as one Python list and one tensor: a draft layer is small, and every torch op on
+    a tiny tensor costs microseconds of dispatch.
+
+    >>> _ancestry_mask([[0], [0, 1]], ran=2).int().tolist()
+    [[1, 0, 1, 0], [1, 1, 0, 1]]
+    """
+    width = ran + len(above)
+    flat = [False] * (len(above) * width)
+    for i, columns in enumerate(above):
+        row = i * width
+        for column in columns:
+            flat[row + column] = True
+        flat[row + ran + i] = True
+    return torch.tensor(flat, dtype=torch.bool).view(len(above), width)

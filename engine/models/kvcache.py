@@ -10,6 +10,7 @@ the library's API is mended here once.
 
 from __future__ import annotations
 
+import bisect
 import inspect
 
 import torch
@@ -42,9 +43,9 @@ def gather_positions(tensor: torch.Tensor, dim: int, positions: list[int]) -> No
     >>> t[:4].tolist()
     [0, 1, 3, 5]
     """
-    shared = 0
-    while shared < len(positions) and positions[shared] == shared:
-        shared += 1
+    # Increasing positions never fall behind their index, so the ones in place are a prefix: found by
+    # bisection, not by a Python walk over the whole context every step.
+    shared = bisect.bisect_left(range(len(positions)), True, key=lambda i: positions[i] != i)
     if shared < len(positions):
         moved = torch.tensor(positions[shared:], dtype=torch.long, device=tensor.device)
         tensor.narrow(dim, shared, len(positions) - shared).copy_(tensor.index_select(dim, moved))

@@ -89,21 +89,19 @@ class TalonPolicy(Policy):
         return LayerSelection(decisions=decisions)
 
     def _select_gated(self, pool: Pool, remaining: int) -> LayerSelection:
-        anchor = max(pool.score)
+        scores = pool.score
+        anchor = max(scores)
         threshold = self.params.mu * anchor
-        passing = [i for i in range(len(pool)) if pool.score[i] >= threshold]
-        kept = set(sorted(passing, key=lambda i: (-pool.score[i], i))[:remaining])
+        passing = [i for i, score in enumerate(scores) if score >= threshold]
+        kept = set(sorted(passing, key=lambda i: (-scores[i], i))[:remaining])
         grow = pool.depth < self.params.max_depth
-        decisions = []
-        for i in range(len(pool)):
-            if i in kept:
-                decision = Decision(kept=True, expanded=grow, reason="threshold" if grow else "depth_limit")
-            elif pool.score[i] < threshold:
-                decision = Decision(kept=False, expanded=False, reason="below_threshold")
-            else:
-                decision = Decision(kept=False, expanded=False, reason="budget")
-            decision.threshold = threshold
-            decisions.append(decision)
+        reason = "threshold" if grow else "depth_limit"
+        # A gated layer pools up to `remaining` children of every frontier node, most of them below the gate:
+        # one comprehension over the pool, not a loop of appends.
+        decisions = [Decision(kept=True, expanded=grow, reason=reason, threshold=threshold) if i in kept
+                     else Decision(kept=False, expanded=False, threshold=threshold,
+                                   reason="below_threshold" if score < threshold else "budget")
+                     for i, score in enumerate(scores)]
         return LayerSelection(decisions=decisions, threshold=threshold, anchor=anchor)
 
 

@@ -254,6 +254,8 @@ class NativeForward:
         # AMX tiles take 16 output rows at a time: an output head of another size is paired on that path too
         self.lm_head_pairs = pair_rows(lm.lm_head) if lm.lm_head.shape[0] % 16 else None
         self.timings = None  # a ctypes double[4] to add each stage's seconds into (glue, products, attention, output)
+        self._feature_slots: dict[tuple[int, ...], torch.Tensor] = {}  # layers asked for -> [layers + 1] int32
+        self._buffers: dict[int, dict[str, torch.Tensor]] = {}  # scratch per number of tokens
         if not self.library.native_amx_active():  # the path this CPU takes: pair now, not in the first forward
             self._pair_weights()
 
@@ -328,15 +330,10 @@ class NativeForward:
         logits = new(n, dims.vocab)
         slots = sorted(set(feature_layers))
         features = new(len(slots), n, hidden) if slots else None
-        feature_slot = torch.full((dims.layers + 1,), -1, dtype=torch.int32)
-        for index, layer in enumerate(slots):
-            feature_slot[layer] = index
+        feature_slot = self._feature_slot(tuple(slots))
         if self.pairs is None and not self.library.native_amx_active():
             self._pair_weights()
-        scratch = {
-            "normed": new(n, hidden), "qkv": new(n, width), "heads_out": new(n, dims.heads * dims.head_dim),
-            "projected": new(n, hidden), "gate_up": new(n, 2 * inter), "mlp": new(n, inter),
-            "feature_slot": feature_slot}
+        scratch = {**self._scratch(n, hidden, width, dims.heads * dims.head_dim, inter), "feature_slot": feature_slot}
         call = Forward(dims=ctypes.pointer(dims), threads=team_size(), layers=ctypes.addressof(self.layers),
                        final_norm=_address(lm.norm), lm_head=_address(lm.lm_head),
                        lm_head_pairs=_address(self.lm_head_pairs), x=_address(x),
@@ -354,6 +351,27 @@ class NativeForward:
             return [[] for _ in spans]
         slots = sorted(set(feature_layers))
         return [[features[slots.index(layer), a:b] for layer in feature_layers] for a, b in spans]
+
+    def _feature_slot(self, slots: tuple[int, ...]) -> torch.Tensor:
+        """[layers + 1] int32: where each layer's residual stream goes among the features, -1 nowhere; made
+        once per set of layers (a run asks for the same three every forward)."""
+        if slots not in self._feature_slots:
+            feature_slot = [-1] * (self.dims.layers + 1)
+            for index, layer in enumerate(slots):
+                feature_slot[layer] = index
+            self._feature_slots[slots] = torch.tensor(feature_slot, dtype=torch.int32)
+        return self._feature_slots[slots]
+
+    def _scratch(self, n: int, hidden: int, width: int, heads_width: int, inter: int) -> dict[str, torch.Tensor]:
+        """The forward's scratch for n tokens, made once per n (the kernel writes each before reading it):
+        a verify of the same tree size as before allocates nothing."""
+        if n not in self._buffers:
+            new = functools.partial(torch.empty, dtype=torch.bfloat16)
+            if len(self._buffers) > 16:  # trees and prompts of many sizes: keep the memory bounded
+                self._buffers.clear()
+            self._buffers[n] = {"normed": new(n, hidden), "qkv": new(n, width), "heads_out": new(n, heads_width),
+                                "projected": new(n, hidden), "gate_up": new(n, 2 * inter), "mlp": new(n, inter)}
+        return self._buffers[n]
 
 
 class KernelLinear(nn.Module):
@@ -439,7 +457,7 @@ class NativeHead:
                          layer.mlp.down_proj, head.lm_head]
         self._version = None
         self._tables: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (capacity, cos, sin_signed)
-        self._buffers: dict[tuple[int, int], tuple[list[torch.Tensor], torch.Tensor]] = {}
+        self._buffers: dict[int, list[torch.Tensor]] = {}  # scratch per number of pairs
 
     def _bind(self) -> None:
         """Fused copies of the weights (paired too where the dot-product path runs), as they are now."""
@@ -469,16 +487,18 @@ class NativeHead:
 
     def __call__(self, embeds: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
                  start: int, mask: torch.Tensor | None, first_logit: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Output states [N, H] and draft logits [N − first_logit, Vd] (bf16; the logits' buffer is reused by
-        the next call) for N pairs (embeds, state [N, H]) at rotary `positions` [N]; their keys and values
-        go into `kv` [2, kv, C, d] from slot `start`; `mask` [N, M] bool over the last M of the start + N
+        """Output states [N, H] and draft logits [N − first_logit, Vd] (bf16, both tensors of their own: the
+        drafter keeps them row by row) for N pairs (embeds, state [N, H]) at rotary `positions` [N]; their keys
+        and values go into `kv` [2, kv, C, d] from slot `start`; `mask` [N, M] bool over the last M of the start + N
         columns (None: all visible)."""
         if self._version != self._versions():
             self._bind()
         n, capacity = embeds.shape[0], kv.shape[2]
         cos, sin_signed = self._rope(capacity)
-        scratch, logits = self._scratch(n, n - first_logit)
+        scratch = self._scratch(n)
         out = torch.empty(n, self.dims.hidden, dtype=torch.bfloat16)  # kept by the drafter: a tensor of its own
+        # Written in place of a reused buffer: a fresh tensor costs an allocation, a reused one a copy of every row.
+        logits = torch.empty(n - first_logit, self.dims.vocab, dtype=torch.bfloat16)
         mask = None if mask is None else mask.to(torch.uint8).contiguous()
         positions = positions.to(torch.int64).contiguous()
         embeds, state = embeds.to(torch.bfloat16).contiguous(), state.to(torch.bfloat16).contiguous()
@@ -494,24 +514,26 @@ class NativeHead:
             raise refused(code, "head step")
         return out, logits
 
-    def _scratch(self, n: int, rows: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def _scratch(self, n: int) -> list[torch.Tensor]:
         """The step's scratch for n pairs (attention input, normed, qkv, heads' outputs, projected, gate/up,
-        SiLU·up) and a logits buffer for `rows`, made once per size."""
-        key = (n, rows)
-        if key not in self._buffers:
+        SiLU·up), made once per size."""
+        if n not in self._buffers:
             dims, new = self.dims, functools.partial(torch.empty, dtype=torch.bfloat16)
             hidden, inter, width = dims.hidden, dims.inter, (dims.heads + 2 * dims.kv_heads) * dims.head_dim
             if len(self._buffers) > 64:  # trees of many sizes: keep the memory bounded
                 self._buffers.clear()
-            self._buffers[key] = ([new(n, 2 * hidden), new(n, hidden), new(n, width), new(n, dims.heads * dims.head_dim),
-                                   new(n, hidden), new(n, 2 * inter), new(n, inter)], new(rows, dims.vocab))
-        return self._buffers[key]
+            self._buffers[n] = [new(n, 2 * hidden), new(n, hidden), new(n, width), new(n, dims.heads * dims.head_dim),
+                                new(n, hidden), new(n, 2 * inter), new(n, inter)]
+        return self._buffers[n]
+
+
+TOP_K_MAX = 64  # forward.c's TOP_K_MAX: the most values one top_k_lse call ranks per row
 
 
 def top_k_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The k largest of each row of bf16 logits [R, V], largest first (ties to the lower index), as values
     [R, k] float32 and indices [R, k] int64, and each row's log-sum-exp [R] float32: one C call where
-    torch would take three ops and a float copy of every row."""
+    torch would take three ops and a float copy of every row. k is at most TOP_K_MAX."""
     assert logits.dtype == torch.bfloat16 and logits.dim() == 2, (logits.dtype, logits.shape)
     logits = logits.contiguous()
     rows, vocab = logits.shape
