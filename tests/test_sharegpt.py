@@ -84,6 +84,9 @@ def test_the_plan_splits_by_conversation_and_keeps_benchmarks_out(tmp_path, monk
     assert len(rows.teacher_forced) == 20 and len(rows.self_distilled) == 10 and len(measured) == 4
     assert not any(is_held_out(c, 0.2) for c in trained) and all(is_held_out(c, 0.2) for c in measured)
     assert 5 not in trained + measured
+    none = sharegpt.plan_rows(ByteChat(), sharegpt.ShareGPTPlan(teacher_forced=0, self_distilled=0, evaluation=4,
+                                                                held_out=0.2), questions)
+    assert none.teacher_forced == [] and none.self_distilled == [] and len(none.evaluation) == 4
     again = sharegpt.plan_rows(ByteChat(), plan, questions)
     assert [r[0] for r in again.teacher_forced] == [r[0] for r in rows.teacher_forced]  # seeded, resumable
 

@@ -160,13 +160,13 @@ def _template(tokenizer, messages: list[dict], add_generation_prompt: bool) -> l
 
 def first_prompts(conversations: list[tuple[int, list[dict]]], limit: int) -> list[dict]:
     """Prompt-set rows (`id`, `prompt`) of conversations' first human turns, for self-distilled answers."""
-    rows = []
+    rows: list[dict] = []
     for index, messages in conversations:
+        if len(rows) >= limit:
+            break
         if messages and messages[0]["role"] == "user" and len(messages[0]["content"]) <= 2000:
             rows.append({"id": ROW_ID_BASE + index * ROWS_PER_CONVERSATION, "kind": "sharegpt",
                          "prompt": messages[0]["content"]})
-        if len(rows) >= limit:
-            break
     return rows
 
 
