@@ -116,10 +116,12 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
         f"draft vocabulary {len(draft_vocab)} covers {held_coverage:.2%} of held-out target tokens")
     mapping = target_to_draft_map(draft_vocab, vocab_size)
     loop = train_loop(head, samples, mapping, options.loop, options.work / "checkpoint.pt", log)
+    data = _data_counts(options, samples, held)
+    del samples  # gigabytes of features: measuring the head beside them ran a 23 GB machine out of memory
     head.eval()
     results = evaluate(head, evaluation, mapping, options)
     stats = results["held-out"]
-    metrics = _metrics(options, samples, held, draft_vocab, held_coverage, loop, stats, started)
+    metrics = _metrics(options, data, draft_vocab, held_coverage, loop, stats, started)
     if share:
         metrics["sharegpt"] = _sharegpt_metrics(options, share)
     metrics["evaluation"] = {name: asdict(r) for name, r in results.items()}
@@ -275,14 +277,18 @@ def _response_tokens(samples: list[Sample]) -> int:
     return sum(len(s.ids) - s.prompt_len for s in samples)
 
 
-def _metrics(options, samples, held, draft_vocab, held_coverage, loop, stats, started) -> dict[str, Any]:
+def _data_counts(options, samples: list[Sample], held: list[Sample]) -> dict[str, Any]:
+    return {"train_answers": len(samples), "train_prompts": len({s.prompt_id for s in samples}),
+            "train_response_tokens": _response_tokens(samples),
+            "train_greedy_answers": sum(s.greedy for s in samples),
+            "heldout_answers": len(held), "heldout_response_tokens": _response_tokens(held),
+            "heldout_share_of_prompts": options.held_out}
+
+
+def _metrics(options, data, draft_vocab, held_coverage, loop, stats, started) -> dict[str, Any]:
     return {
         "command": options.command,
-        "data": {"train_answers": len(samples), "train_prompts": len({s.prompt_id for s in samples}),
-                 "train_response_tokens": _response_tokens(samples),
-                 "train_greedy_answers": sum(s.greedy for s in samples),
-                 "heldout_answers": len(held), "heldout_response_tokens": _response_tokens(held),
-                 "heldout_share_of_prompts": options.held_out},
+        "data": data,
         "draft_vocab_size": len(draft_vocab),
         "heldout_vocab_coverage": held_coverage,
         "training": {**{k: v for k, v in asdict(options.loop).items()},  # the budget first: results below win
