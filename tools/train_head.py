@@ -304,6 +304,8 @@ def _metrics(options, data, draft_vocab, held_coverage, loop, stats, started) ->
 def model_card(m: dict[str, Any]) -> str:
     """The README.md beside a trained head."""
     d, t, h = m["data"], m["training"], m["heldout"]
+    forced = m.get("sharegpt", {}).get("teacher_forced_rows", 0)  # text ShareGPT wrote, labelled by the target
+    sampled = d["train_answers"] - d["train_greedy_answers"] - forced
     depth_rows = "\n".join(f"| {k + 1} | {a:.3f} | {c:.3f} |"
                            for k, (a, c) in enumerate(zip(h["top1_by_depth"], h["chain_accept_by_depth"])))
     trees = ", ".join(f"top-{w} tree τ = {tau:.2f}" for w, tau in h["tau_tree"].items())
@@ -312,8 +314,8 @@ def model_card(m: dict[str, Any]) -> str:
 Trained with `specscope train-head` on self-distillation data from its target.
 
 ## Data
-- {d['train_answers']} answers to {d['train_prompts']} training prompts ({d['train_greedy_answers']} greedy, the rest
-  sampled), {d['train_response_tokens']} response tokens.
+- {d['train_answers']} answers to {d['train_prompts']} training prompts ({d['train_greedy_answers']} the target's greedy
+  answers, {forced} ShareGPT's answers teacher-forced, {sampled} sampled), {d['train_response_tokens']} response tokens.
 - Held out: {d['heldout_answers']} greedy answers ({d['heldout_response_tokens']} tokens) to prompts never
   trained on ({d['heldout_share_of_prompts']:.0%} of the prompt set is held out).
 - Draft vocabulary: {m['draft_vocab_size']} most frequent target tokens, covering
