@@ -21,6 +21,7 @@ import threading
 from concurrent.futures import Executor
 from typing import Any, Callable
 
+from engine.batch import Batch
 from engine.interface import Emit, Engine
 from engine.request import GenerationRequest
 
@@ -31,7 +32,7 @@ class BatchDriver:
     """The server's engine batch and the loop that steps it; see the module docstring."""
 
     def __init__(self, engine: Engine, executor: Executor, max_batch: int):
-        self.batch = engine.batch(max_batch)
+        self.batch = Batch(engine, max_batch)  # engine/batch.py builds on the engine, which never imports it
         self.max_batch = max_batch
         self.executor = executor
         self._lock = threading.Lock()

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 import torch
 
@@ -41,9 +41,6 @@ from engine.sampling import probs_from_logits
 from engine.timing import Timings
 from engine.tree import DraftTree, position_ids, tree_attention_allowed
 from engine.whatif import WhatIfRequest, check_prefix
-
-if TYPE_CHECKING:
-    from engine.batch import Batch
 
 
 @dataclass
@@ -171,12 +168,6 @@ class SpecEngine:
         prepared = self.validate(request)
         with self._turn():
             return self._new_run(prepared, emit, cancelled, True, what_if=request).execute()
-
-    def batch(self, max_batch: int) -> "Batch":
-        """A batch scheduler over this engine (engine/batch.py): up to `max_batch` requests decoded together."""
-        from engine.batch import Batch  # engine/batch.py builds on this module
-
-        return Batch(self, max_batch)
 
     @property
     def default_max_batch(self) -> int:

@@ -51,9 +51,6 @@ class Engine(Protocol):
         `memory`: the suffix memory (engine/drafters/memory.py's MemoryBank) this run drafts from and joins;
         None for none; by default the engine's own."""
 
-    def batch(self, max_batch: int) -> Any:
-        """A batch scheduler (engine/batch.py's Batch) decoding up to `max_batch` requests together."""
-
     def what_if(self, request: WhatIfRequest, emit: Emit | None = None,
                 cancelled: Callable[[], bool] | None = None) -> RunFinished:
         """Re-runs one step of a run from its prefix under the request's policy and parameters (engine/whatif.py)."""

@@ -170,9 +170,9 @@ export function acceptLengthSeries(report) {
  * per drafting policy, its speedup over ar at each size (ar at the same batch is 1 by definition); null
  * where the report ran one batch size.
  *
- * batchSweepSeries({ baseline: "ar", batch_sweep: [{ policy: "ar", batch: 1, speedup_vs_ar: 1 },
- *   { policy: "cast", batch: 1, speedup_vs_ar: 1.4 }, { policy: "cast", batch: 4, speedup_vs_ar: 1.2 }] })
- *   -> { batches: [1, 4], lines: [{ label: "cast", points: [{ batch: 1, speedup: 1.4 }, { batch: 4, speedup: 1.2 }] }] }
+ * batchSweepSeries({ baseline: "A", batch_sweep: [{ policy: "A", batch: 1, speedup_vs_ar: 1 },
+ *   { policy: "B", batch: 1, speedup_vs_ar: 1.4 }, { policy: "B", batch: 4, speedup_vs_ar: 1.2 }] })
+ *   -> { batches: [1, 4], lines: [{ label: "B", points: [{ batch: 1, speedup: 1.4 }, { batch: 4, speedup: 1.2 }] }] }
  */
 export function batchSweepSeries(report) {
   const sweep = report.batch_sweep;

@@ -16,7 +16,7 @@ import { coloursOf } from "../model/results.js";
 import { axisTop } from "../model/scale.js";
 import { baselineKey } from "../model/setup.js";
 import { stepShapeSeries } from "../model/stepshapes.js";
-import { stepTimes } from "../model/timesplit.js";
+import { sharedNote, stepTimes } from "../model/timesplit.js";
 import { PhasePlayer, PlayerGroup, sameStepAndPhase } from "../player.js";
 import { silhouetteStrip, stepChart } from "./charts.js";
 import { el, svgEl } from "./dom.js";
@@ -495,8 +495,11 @@ class Pane {
     const strip = silhouetteStrip(facts.steps, { maxDepth: scales.maxDepth, maxWidth: scales.maxWidth,
                                                  current: stepIndex, onPick: pick });
     this.strip.replaceChildren(el("p", { class: "hint" }, "every step's tree at one scale (darker: accepted depth)"), strip);
-    this.timeSplit.replaceChildren(timeSplitChart(stepTimes(player.events), { current: stepIndex, onPick: pick, steps: scales.steps,
-                                                                              yMax: scales.stepMs, width: Math.max(300, box), height: 140 }));
+    const times = stepTimes(player.events);
+    const shared = sharedNote(times); // a batch's runs side by side (a trace from `specscope record --batch`)
+    this.timeSplit.replaceChildren(...(shared ? [el("p", { class: "shared-note", "data-testid": "shared-note" }, shared)] : []),
+                                   timeSplitChart(times, { current: stepIndex, onPick: pick, steps: scales.steps,
+                                                           yMax: scales.stepMs, width: Math.max(300, box), height: 140 }));
   }
 
   /** A click on this pane's charts: this pane goes to step i, the others follow as aligned. */
