@@ -8,7 +8,9 @@ from engine.drafters.base import Proposal
 from engine.drafting import grow_tree, pool_from
 from engine.errors import RequestError
 from engine.policies import POLICIES, make_policy
-from engine.policies.base import Pool, rerank_top
+from engine.costs import CostTable
+from engine.policies.base import PolicyContext, Pool, StepOutcome, rerank_top
+from engine.timing import Timings
 from engine.tree import DraftTree
 from tiny_models import StubDrafter
 
@@ -135,8 +137,47 @@ def test_rerank_keeps_ancestor_closure_under_ties():
 
 
 def test_chain_drafts_gamma_tokens_in_a_line():
-    tree, _ = grow(make_policy("chain", {"gamma": 4}), lambda node, k: [0.9])
+    tree, _ = grow(make_policy("chain", {"gamma": 4, "pick_gamma": False}), lambda node, k: [0.9])
     assert tree.parent == [-1, 0, 1, 2, 3]
+
+
+# Leviathan et al. §3.5: γ maximises E(γ) / cost(γ), E(γ) = (1 − α^(γ+1)) / (1 − α). With a flat verify of 10 ms
+# and 1 ms draft layers, α = 0.6 (the prior) peaks at γ = 3: 2.18 tokens / 13 ms beats 1.96 / 12 and 2.31 / 14.
+FLAT = PolicyContext(costs=CostTable.linear(0.0, 10.0))
+STEEP = PolicyContext(costs=CostTable.linear(1.0, 10.0))  # each verified token adds a tenth of a forward
+
+
+def outcome(depth: int, accepted: int) -> StepOutcome:
+    return StepOutcome(tree_size=depth, depth=depth, accepted=accepted, prefix_len=100, times=Timings())
+
+
+def test_chain_picks_leviathans_gamma_from_the_prior_and_the_costs():
+    assert make_policy("chain", {"gamma": 8}, FLAT).gamma_now == 3
+    assert make_policy("chain", {"gamma": 2}, FLAT).gamma_now == 2  # gamma bounds it
+    assert make_policy("chain", {"gamma": 8}, STEEP).gamma_now < 3  # a verify that grows favours shorter chains
+    tree, _ = grow(make_policy("chain", {"gamma": 8}, FLAT), lambda node, k: [0.9])
+    assert tree.parent == [-1, 0, 1, 2]
+
+
+def test_chain_gamma_follows_the_measured_acceptance_and_says_why():
+    policy = make_policy("chain", {"gamma": 8}, FLAT)
+    moves = [a for _ in range(10) for a in policy.observe(outcome(policy.gamma_now, policy.gamma_now))]
+    assert policy.gamma_now == 8 and policy.alpha > 0.9  # every draft accepted: the longest chain pays
+    assert moves and all(a.param == "gamma" and a.new > a.old for a in moves) and "α ≈" in moves[-1].why
+    for _ in range(30):  # every first draft rejected: the old verdicts fade, DECAY a step
+        policy.observe(outcome(policy.gamma_now, 0))
+    assert policy.gamma_now == 1 and policy.alpha < 0.4
+
+
+def test_chain_gamma_reads_the_draft_cost_from_the_table():
+    """Draft forwards at 5 ms, not 1 ms: shorter chains pay better."""
+    dear = PolicyContext(costs=CostTable.linear(0.0, 10.0, draft_lam=0.0, draft_delta=5.0))
+    assert make_policy("chain", {"gamma": 8}, dear).gamma_now < make_policy("chain", {"gamma": 8}, FLAT).gamma_now
+
+
+def test_chain_with_pick_gamma_off_keeps_gamma():
+    policy = make_policy("chain", {"gamma": 6, "pick_gamma": False}, FLAT)
+    assert [policy.observe(outcome(6, 0)) for _ in range(5)] == [[]] * 5 and policy.gamma_now == 6
 
 
 def test_ar_never_drafts():

@@ -143,7 +143,7 @@ STEEP = PolicyContext(costs=CostTable.linear(1.0, 10.0))  # a CPU's compute-boun
 def test_chain_follows_a_long_copy_past_gamma_at_no_draft_forward():
     context = [1, 2] + PASSAGE + [3] + PASSAGE[:3]
     drafter = started(context)
-    draft = grow_tree(make_policy("chain", {"gamma": 5}, FLAT), drafter, root=context[-1], max_depth=64)
+    draft = grow_tree(make_policy("chain", {"gamma": 5, "pick_gamma": False}, FLAT), drafter, root=context[-1], max_depth=64)
     assert draft.tree.token[1:31] == PASSAGE[3:33]  # one chain, the copy's own continuation
     assert draft.tree.max_depth == 32 and drafter.meter.forwards == 0
     reasons = [layer.selection.decisions[0].reason for layer in draft.layers]
@@ -154,19 +154,19 @@ def test_chain_past_gamma_stops_where_a_token_no_longer_pays_its_verify_cost():
     """Each free token must be accepted more often than it adds to the verify forward, in one-token forwards
     (engine/policies/chain.py): a steep table cuts the copy where its path score falls below 1/11."""
     context = [1, 2] + PASSAGE + [3] + PASSAGE[:3]
-    draft = grow_tree(make_policy("chain", {"gamma": 5}, STEEP), started(context), context[-1], 64)
+    draft = grow_tree(make_policy("chain", {"gamma": 5, "pick_gamma": False}, STEEP), started(context), context[-1], 64)
     last = draft.layers[-1].selection.decisions[0]
     assert 5 < draft.tree.max_depth < 32 and last.reason == "cost" and last.detail["price"] == pytest.approx(1 / 11)
     scores = draft.tree.score[1:]
     assert min(scores[5:]) >= 1 / 11 > draft.layers[-1].pool.score[0]
-    blind = grow_tree(make_policy("chain", {"gamma": 5, "cost_aware": False}, STEEP), started(context),
+    blind = grow_tree(make_policy("chain", {"gamma": 5, "pick_gamma": False, "cost_aware": False}, STEEP), started(context),
                       context[-1], 64)
     assert blind.tree.max_depth == 32
 
 
 def test_chain_with_free_q_one_is_leviathans():
     context = [1, 2] + PASSAGE + [3] + PASSAGE[:3]
-    draft = grow_tree(make_policy("chain", {"gamma": 5, "free_q": 1.0}), started(context), context[-1], 64)
+    draft = grow_tree(make_policy("chain", {"gamma": 5, "pick_gamma": False, "free_q": 1.0}), started(context), context[-1], 64)
     assert draft.tree.max_depth == 5
 
 

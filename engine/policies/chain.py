@@ -18,18 +18,45 @@ from the cost table in one-token forwards. So the chain follows the match while
 which on a GPU (a flat verify cost) is any match, and on a CPU whose wide
 forwards are compute-bound a sure one only (`cost_aware=false`: q alone decides).
 With `free_q` = 1 (no match is that sure) the chain is Leviathan's.
+
+γ itself is chosen as Leviathan et al. choose it (§3.5): the one that
+maximises the expected tokens per unit of step time (their improvement factor). With α the chance
+the target accepts a draft token, a step of γ drafts emits
+
+    E(γ) = (1 − α^(γ+1)) / (1 − α)       tokens (the bonus or recovered one included),
+
+and costs γ draft forwards and a verify forward over γ + 1 tokens. The
+paper takes the verify as flat and a draft as c of it; here both are read
+from the cost table (measured on this machine by `specscope profile`), so a
+verify that grows with its tokens, as a CPU's does, favours shorter
+chains. The clock is not read: a run's γ, and so a seeded run's draws, are
+the same every time. α is estimated per request from the chain's own
+verdicts (the maximum-likelihood estimate of a geometric run: accepted
+drafts over accepted drafts plus rejections), discounted by `DECAY` a step
+so that a change of text moves it, from a prior of `PRIOR_ALPHA` worth
+`PRIOR_WEIGHT` verdicts. `gamma` is then
+the most a step drafts; `pick_gamma=false` drafts exactly `gamma` every step.
+Each change of the step's γ is reported (policy_adjusted) with its numbers.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from engine.policies.base import Decision, LayerSelection, Policy, PolicyParams, Pool
+from engine.policies.base import (Adjustment, Decision, LayerSelection, Policy, PolicyContext, PolicyParams, Pool,
+                                  StepOutcome)
 from engine.tree import DraftTree
+
+PRIOR_ALPHA = 0.6  # Leviathan et al. measure α of 0.5–0.8 for their drafts
+PRIOR_WEIGHT = 2.0  # verdicts the prior is worth: the first steps' own move it at once
+DECAY = 0.9  # each step's weight against the next: about the last ten steps count
 
 
 class ChainParams(PolicyParams):
-    gamma: int = Field(5, ge=1, le=64, description="draft tokens per step (γ)")
+    gamma: int = Field(5, ge=1, le=64, description="draft tokens per step (γ); with pick_gamma, the most")
+    pick_gamma: bool = Field(True, description="each step, the γ up to gamma that maximises expected tokens per "
+                                               "unit of step time (Leviathan et al. §3.5), from the acceptance "
+                                               "measured so far and the cost table")
     sample: bool = Field(True, description="sample drafts from q when temperature > 0")
     free_q: float = Field(0.5, ge=0, le=1, description="past γ, a free match continues while its q is at least this")
     max_depth: int = Field(32, ge=1, le=64, description="depth limit of a free match")
@@ -43,20 +70,66 @@ class ChainPolicy(Policy):
     Params = ChainParams
     title = "chain (Leviathan et al.)"
     symbols = {"γ": "gamma"}
-    needs_costs = True  # past γ only; its output says whether the costs were measured
+    needs_costs = True  # γ's choice and past γ; its output says whether the costs were measured
+
+    def __init__(self, params: ChainParams, context: PolicyContext | None = None):
+        super().__init__(params, context)
+        self.start_run()
+
+    def start_run(self) -> None:
+        self.accepted = PRIOR_ALPHA * PRIOR_WEIGHT  # discounted accepted drafts, the prior's included
+        self.rejected = (1 - PRIOR_ALPHA) * PRIOR_WEIGHT  # discounted rejections
+        self.context_len = 0  # the target's cached tokens at the last step
+        self.gamma_now = self.params.gamma
+        if self.params.pick_gamma:
+            self.gamma_now = self.best_gamma()[0]
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    def best_gamma(self) -> tuple[int, dict[str, float]]:
+        """The γ ≤ gamma of most expected tokens per ms, as the cost table prices a step, and the numbers behind it."""
+        alpha, costs, context, batch = self.alpha, self.costs, self.context_len, self.batch
+
+        def tokens(gamma: int) -> float:  # (1 − α^(γ+1)) / (1 − α), written so that α = 1 is no special case
+            return sum(alpha ** i for i in range(gamma + 1))
+
+        def ms(gamma: int) -> float:  # γ draft forwards, then one verify of the root and γ drafts
+            return gamma * costs.draft_cost(1, context, batch) + costs.verify_cost(gamma + 1, context, batch)
+
+        best = max(range(1, self.params.gamma + 1), key=lambda g: (tokens(g) / ms(g), -g))  # ties: the shorter
+        return best, {"alpha": alpha, "tokens": tokens(best), "ms": ms(best)}
+
+    def observe(self, outcome: StepOutcome) -> list[Adjustment]:
+        """Counts the step's verdicts on its model drafts, then picks the next step's γ."""
+        drafted = min(outcome.depth, self.gamma_now)
+        accepted = min(outcome.accepted, drafted)
+        self.accepted = self.accepted * DECAY + accepted
+        self.rejected = self.rejected * DECAY + (1 if accepted < drafted else 0)
+        self.context_len = outcome.prefix_len
+        if not self.params.pick_gamma:
+            return []
+        old, (new, why) = self.gamma_now, self.best_gamma()
+        self.gamma_now = new
+        if new == old:
+            return []
+        return [Adjustment(param="gamma", old=old, new=new,
+                           why=f"α ≈ {why['alpha']:.2f} from the verdicts so far: {new} drafts are expected to emit "
+                               f"{why['tokens']:.2f} tokens in {why['ms']:.1f} ms, the most per ms")]
 
     def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return 1
 
     def drafts_from_model(self, depth: int) -> bool:
-        return depth <= self.params.gamma
+        return depth <= self.gamma_now
 
     def sample_children(self, temperature: float) -> bool:
         return self.params.sample and temperature > 0
 
     def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
-        grow = pool.depth < max(self.params.max_depth, self.params.gamma)
-        if pool.depth <= self.params.gamma:
+        grow = pool.depth < max(self.params.max_depth, self.gamma_now)
+        if pool.depth <= self.gamma_now:
             decisions = [Decision(kept=i == 0, expanded=i == 0 and grow, reason="topk") for i in range(len(pool))]
             return LayerSelection(decisions=decisions)
         sure = pool.q[0] >= self.params.free_q

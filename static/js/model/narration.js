@@ -155,7 +155,7 @@ const DRAFT = {
   chain(context, layer) {
     const c = layer.candidates.find((x) => x.kept) ?? layer.candidates[0];
     if (!c) return `Draft token ${layer.depth}: the draft proposed nothing.`;
-    const gamma = context.params.gamma ?? "γ";
+    const gamma = paramNow(context, "gamma") ?? "γ";
     const parent = context.step.nodes.get(`n${c.parent}`);
     const sampled = context.temperature > 0 && context.params.sample !== false;
     const how = sampled ? `samples ${quote(c.text)} from its distribution q (q = ${sig(c.q)})`
