@@ -16,7 +16,7 @@ CPU_LIKE = CostTable.linear(lam=1.6, delta=42.0)  # every verified token costs
 
 
 def make(table: CostTable, **params) -> TalonAdaptivePolicy:
-    return make_policy("talon-adaptive", {"window": 4, **params}, PolicyContext(costs=table))
+    return make_policy("talon-adaptive", {"window": 4, "first_window": 4, **params}, PolicyContext(costs=table))
 
 
 def outcome(tree_size: int, depth: int, accepted: int, verify_ms: float = 50.0, draft_ms: float = 10.0) -> StepOutcome:
@@ -93,6 +93,31 @@ def test_a_budget_move_goes_as_far_as_the_cost_table_predicts_a_gain_not_one_fac
     [shrink] = feed(policy, outcome(60, 5, 2), 4)
     assert shrink.param == "budget" and shrink.new < 60 / 2
     assert shrink.new >= policy.params.budget_min
+
+
+def test_the_first_window_is_one_step_by_default():
+    """TALON's 60 nodes are a GPU's budget: on a CPU the first step says so, not the first three."""
+    policy = make_policy("talon-adaptive", {"budget": 60}, PolicyContext(costs=CPU_LIKE))
+    [shrink] = policy.observe(outcome(60, 5, 2))
+    assert shrink.param == "budget" and shrink.new < 60
+    assert feed(policy, outcome(shrink.new, 5, 2), policy.params.window - 1) == []  # then every `window` steps
+
+
+def test_a_budget_measured_slower_is_not_tried_again_on_the_models_word():
+    policy = make(GPU_LIKE, budget=60)
+    [grow] = feed(policy, outcome(60, 5, 2, verify_ms=50.0), 4)
+    [undo] = feed(policy, outcome(grow.new, 5, 4, verify_ms=150.0), 4)  # more accepted, but far slower
+    assert undo.why.startswith("undone") and policy.params.budget == 60
+    later = [c for _ in range(4) for c in feed(policy, outcome(60, 5, 2, verify_ms=50.0), 4)]
+    assert all(c.new != grow.new for c in later if c.param == "budget")
+
+
+def test_no_budget_move_where_the_cost_table_predicts_no_gain():
+    """At budget_min, with growing undone, the only move left is one the model predicts slower: none is made
+    (trying it every other window cost a third of a request's steps at the slower budget)."""
+    policy = make(CPU_LIKE, budget=8)
+    changes = [c for _ in range(6) for c in feed(policy, outcome(8, 3, 1), 4)]
+    assert all(c.param != "budget" for c in changes) and policy.params.budget == 8
 
 
 @pytest.mark.parametrize("accepted, up", [(4, True), (1, False)])

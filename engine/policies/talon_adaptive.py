@@ -3,11 +3,13 @@
 TALON fixes the gate μ and the node budget N. This policy keeps TALON's
 layer rules (each node's top `remaining` children pooled, growth stopped the
 moment N is full, k = 0 allowed: engine/policies/talon.py) and, every
-`window` steps, measures the request's throughput: (accepted + 1) tokens per
-step over the step's draft + verify + other time. It then moves one parameter (μ by a factor,
-N by as many factors as the model below predicts a gain, at most four) and keeps the move only
-if the next window's throughput did not fall; a move that cost speed is undone and that
-direction is tried again only after the other one.
+`window` steps (the first time after `first_window`), measures the request's
+throughput: (accepted + 1) tokens per step over the step's draft + verify +
+other time. It then moves one parameter (μ by a factor, N by as many factors
+as the model below predicts a gain, at most four, and not at all where it
+predicts none) and keeps the move only if the next window's throughput did
+not fall; a move that cost speed is undone and that direction is tried again
+only after the other one.
 
 Which parameter moves, and which way, comes from the acceptance history and
 the cost table:
@@ -41,6 +43,8 @@ MAX_FACTORS = 4  # a budget move goes at most budget_factor⁴ up or down at onc
 
 class TalonAdaptiveParams(TalonParams):
     window: int = Field(3, ge=2, le=128, description="steps measured before each adjustment")
+    first_window: int = Field(1, ge=1, le=128, description="steps measured before the first: TALON's budget is "
+                                                           "a GPU's, and on a CPU a step at N = 60 costs three")
     budget_min: int = Field(8, ge=1, le=512, validate_default=True, description="lowest node budget N")
     budget_max: int = Field(256, ge=1, le=512, validate_default=True, description="highest node budget N")
     mu_min: float = Field(0.002, gt=0, le=1, validate_default=True, description="lowest gate μ")
@@ -114,6 +118,7 @@ class AdaptState:
     move: Move | None = None  # the last change, kept or undone after the next window
     direction: dict[str, int] = field(default_factory=lambda: {"budget": 0, "mu": 0})
     accepted_at_budget: dict[int, float] = field(default_factory=dict)  # mean accepted per step, by N
+    rate_at_budget: dict[int, float] = field(default_factory=dict)  # tokens/s of the last window at each N
 
 
 class TalonAdaptivePolicy(TalonPolicy):
@@ -135,10 +140,11 @@ class TalonAdaptivePolicy(TalonPolicy):
 
     def observe(self, outcome: StepOutcome) -> list[Adjustment]:
         self.state.window.add(outcome)
-        if self.state.window.steps < self.params.window:
+        if self.state.window.steps < (self.params.window if self.state.accepted_at_budget else self.params.first_window):
             return []
         window, self.state.window = self.state.window, Window()
         self.state.accepted_at_budget[self.params.budget] = window.accepted / window.steps
+        self.state.rate_at_budget[self.params.budget] = window.tokens_per_s
         if self.state.move is not None:
             undone = self._judge_move(window)
             if undone:
@@ -177,7 +183,9 @@ class TalonAdaptivePolicy(TalonPolicy):
     def _budget_proposal(self, window: Window) -> tuple[int | None, str]:
         """The budget the cost table and the acceptance history favour, in whole factors up or down: as
         far as the model predicts a gain (on a CPU whose wide verifies are compute-bound, from 60 nodes
-        straight to 8 or 16, not one halving per window), within the bounds."""
+        straight to 8 or 16, not one halving per window), within the bounds. A budget this request has
+        run at is judged by the throughput it measured there, not by the model (whose slope of
+        acceptance over N is fitted to a few windows): a move undone is not retried on a guess."""
         n, f = self.params.budget, self.params.budget_factor
         low, high = self.params.budget_min, self.params.budget_max
         candidates = {clamp_int(round(n * f ** k), low, high) for k in range(-MAX_FACTORS, MAX_FACTORS + 1)} - {n}
@@ -187,7 +195,10 @@ class TalonAdaptivePolicy(TalonPolicy):
         if not candidates:
             return None, "N at its bound"
         predicted = {c: self._predicted_rate(window, c) for c in candidates | {n}}
+        predicted.update({c: rate for c, rate in self.state.rate_at_budget.items() if c in candidates})
         best = max(candidates, key=lambda c: predicted[c])
+        if predicted[best] <= predicted[n]:  # e.g. at budget_min after growing was undone: nothing to try
+            return None, f"no N predicted faster than {predicted[n]:.1f} tok/s at N={n}"
         ratio = (self.costs.verify_cost(best + 1, window.prefix_len, self.batch)
                  / self.costs.verify_cost(n + 1, window.prefix_len, self.batch))
         return best, (f"predicted {predicted[best]:.1f} tok/s at N={best} vs {predicted[n]:.1f} at N={n} "
