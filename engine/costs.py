@@ -301,9 +301,10 @@ def resolve_costs(path: Path | None, saved: Path) -> CostTable:
     return CostTable.assumed()
 
 
-def costs_note(table: CostTable, forward: str | None = None) -> str | None:
+def costs_note(table: CostTable, forward: str | None = None, batch: int = 1) -> str | None:
     """What a user should hear about the costs cast and talon-adaptive read; None when they were measured
-    here through the forward this run verifies with (`forward`: "native", "lean" or "plain").
+    here through the forward this run verifies with (`forward`: "native", "lean" or "plain"), at a batch
+    the table holds (a larger one reads the largest measured row, which prices its trees as if alone).
 
     >>> table = CostTable.assumed()
     >>> table.target.source, table.meta["forward"] = "measured", "lean"
@@ -311,6 +312,8 @@ def costs_note(table: CostTable, forward: str | None = None) -> str | None:
     'the cost table was measured through the lean forward'
     >>> costs_note(table, forward="lean") is None
     True
+    >>> costs_note(table, forward="lean", batch=4)[:47]
+    'the cost table measures batches up to 1, not 4:'
     """
     if not table.measured:
         return ("costs are assumed, not measured on this machine: cast and talon-adaptive size their trees from "
@@ -320,6 +323,10 @@ def costs_note(table: CostTable, forward: str | None = None) -> str | None:
         return (f"the cost table was measured through the {measured_through} forward, but this run verifies "
                 f"through the {forward} one: run `specscope profile` again so cast and talon-adaptive price "
                 "trees at what they now cost")
+    if batch > max(table.batches):
+        return (f"the cost table measures batches up to {max(table.batches)}, not {batch}: cast, chain and "
+                f"talon-adaptive price a batch's trees as if each ran alone; run `specscope profile --batches "
+                f"1,2,4,{max(batch, 8)}` to measure the batch's forwards")
     return None
 
 

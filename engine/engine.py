@@ -111,10 +111,11 @@ class SpecEngine:
         """A fresh suffix memory like the engine's own (its budget, no file), for one client; None when off."""
         return MemoryBank(self.memory.budget, target=self.memory.target) if self.memory else None
 
-    def costs_note_for(self, policies: list[str]) -> str | None:
-        """What to tell a user of these policies about the costs: None unless one reads assumed costs."""
+    def costs_note_for(self, policies: list[str], batch: int = 1) -> str | None:
+        """What to tell a user of these policies about the costs, run `batch` at a time: None unless one reads
+        costs that were assumed, measured through another forward, or not measured at that batch."""
         if any(POLICIES[name].needs_costs for name in policies if name in POLICIES):
-            return costs_note(self.costs, self.forward_name)
+            return costs_note(self.costs, self.forward_name, batch)
         return None
 
     @property

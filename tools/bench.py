@@ -472,7 +472,7 @@ def command(args: argparse.Namespace) -> int:
     charts = write_plots(report, out) if args.plots else []
     write_report(report, out, charts)
     print(markdown_table(report, charts))
-    note = engine.costs_note_for([spec.policy for spec in specs])
+    note = engine.costs_note_for([spec.policy for spec in specs], max(report.batch for report in reports))
     if note:
         print(f"note: {note}")
     if args.record_default:
