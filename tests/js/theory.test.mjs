@@ -99,6 +99,13 @@ test("formula_numbers_use_the_run_so_far_and_plain_decoding_for_the_measured_spe
   const chain = formulaNumbers(sampledRun, phasesOf(sampledRun).at(-1), { policies: SERVED_POLICIES });
   assert.equal(chain.gamma, 2);
   assert.equal(chain.leviathan, leviathanTau(0.5, 2));
+  const picked = structuredClone(sampledRun);  // a chain that picks γ each step says so as it moves it
+  const at = picked.findIndex((e) => e.type === "step_metrics");
+  picked.splice(at + 1, 0, { type: "policy_adjusted", run_id: picked[0].run_id, step: picked[at].step, param: "gamma",
+                             old: 2, new: 1, why: "α ≈ 0.40" });
+  const moved = formulaNumbers(picked, phasesOf(picked).at(-1), { policies: SERVED_POLICIES });
+  assert.equal(moved.gamma, 1);
+  assert.equal(moved.leviathan, leviathanTau(moved.alpha, 1));
   const withTable = structuredClone(talonRun);
   withTable[0].costs = { source: "synthetic", context: 128, ns: [1, 8, 64], target_ms: [40, 50, 120], draft_ms: [4, 5, 12] };
   const priced = formulaNumbers(withTable, phases[5], { arEvents: arRun });

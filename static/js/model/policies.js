@@ -31,8 +31,13 @@ export function reranks(policies, policy) {
  * symbolValue({ line: { presentation: { symbols: { "γ": "gamma" } } } }, "line", "γ", { gamma: 5 }) -> 5
  */
 export function symbolValue(policies, policy, symbol, params) {
-  const name = presentationOf(policies, policy).symbols[symbol];
+  const name = symbolParam(policies, policy, symbol);
   return name == null ? null : params?.[name] ?? null;
+}
+
+/** The parameter a paper's symbol names in a policy ("γ" → "gamma" for the chain), or null. */
+export function symbolParam(policies, policy, symbol) {
+  return presentationOf(policies, policy).symbols[symbol] ?? null;
 }
 
 /**

@@ -4,7 +4,7 @@
 // per step, and the predicted speedup R = τ / (1 + c·δ), refined by the cost of verifying a tree. No DOM.
 
 import { stepEvent, walkNodes } from "./phases.js";
-import { symbolValue } from "./policies.js";
+import { symbolParam, symbolValue } from "./policies.js";
 import { ownTimesSpeedup } from "./timesplit.js";
 
 // ---------------------------------------------------------------- the verified tree
@@ -206,8 +206,11 @@ export function formulaNumbers(events, phase, { arFinished = null, arEvents = nu
     : steps ? metrics.reduce((s, m) => s + m.draft_forwards, 0) / steps : null;
   const c = finished && upTo.includes(finished) ? finished.c : cSoFar(metrics);
   const alpha = acceptanceRate(upTo);
-  // Leviathan's formula is a chain's: the policy whose parameters include the paper's γ (served).
-  const gamma = symbolValue(policies, started.policy, "γ", started.params);
+  // Leviathan's formula is a chain's: the policy whose parameters include the paper's γ (served). A chain
+  // that picks its γ each step reports every change (policy_adjusted): the formula reads the γ of the phase.
+  const gammaParam = symbolParam(policies, started.policy, "γ");
+  const gammaMoves = upTo.filter((e) => e.type === "policy_adjusted" && e.param === gammaParam);
+  const gamma = gammaMoves.length ? gammaMoves.at(-1).new : symbolValue(policies, started.policy, "γ", started.params);
   const step = metrics.find((m) => m.step === phase?.step) ?? null;
   // Before this step's metrics arrive (draft to accept), its tree's size is known once the tree is final.
   const tree = step ? null : stepEvent(events, phase, "tree");
