@@ -121,3 +121,28 @@ def test_prune_mode_writes_the_smaller_head_with_its_record_and_model_card(tmp_p
     card = (tmp_path / "new" / "README.md").read_text()
     assert "## Draft vocabulary pruned" in card and "Cut from 64 to the 20" in card
     assert "the unpruned head's" in card  # not measured after pruning: the card says whose numbers it shows
+
+
+def test_measuring_with_outside_tokens_counted_puts_both_vocabularies_on_the_same_positions():
+    from tools.training.objective import depth_stats
+    from tools.training.selfdistill import Sample
+    from tools.training.trainer import eval_batches, target_to_draft_map
+
+    target = tiny_target()
+    head = tiny_head(target, draft_vocab=64)
+    pruned = prune_head(head, token_counts(), 16, set())
+    g = torch.Generator().manual_seed(4)
+    features = 3 * target.config.hidden_size
+    samples = [Sample(i, True, torch.randint(0, VOCAB, (14,), generator=g), 4,
+                      torch.randn(13, features, generator=g), torch.randint(0, VOCAB, (10,), generator=g))
+               for i in range(3)]  # 30 answer positions, their tokens drawn from the whole target vocabulary
+
+    def measure(one, count_outside):
+        mapping = target_to_draft_map(head_vocab(one), VOCAB)
+        with torch.no_grad():
+            return depth_stats(one, eval_batches(samples, mapping, 2, count_outside=count_outside), 2)
+
+    old, new = measure(head, True), measure(pruned, True)
+    assert old.positions == new.positions == 30
+    inside = measure(pruned, False)
+    assert inside.positions == sum(int(pruned.t2d[s.labels].sum()) for s in samples) < 30  # training's own count

@@ -218,11 +218,14 @@ def bench_rows(path: Path, limit: int) -> list[dict]:
     return rows[:limit]
 
 
-def evaluate(head, evaluation: dict[str, list[Sample]], mapping: torch.Tensor,
-             options: TrainHeadOptions) -> dict[str, DepthStats]:
+def evaluate(head, evaluation: dict[str, list[Sample]], mapping: torch.Tensor, options: TrainHeadOptions,
+             count_outside: bool = False) -> dict[str, DepthStats]:
+    """Each set's acceptance; with `count_outside` a target token outside the draft vocabulary is a miss,
+    not a position left out (two vocabularies compared on the same positions)."""
     device = head.fc.weight.device
-    return {name: depth_stats(head, eval_batches(samples, mapping, options.loop.batch_sequences, device),
-                              options.eval_depth) for name, samples in evaluation.items() if samples}
+    return {name: depth_stats(head, eval_batches(samples, mapping, options.loop.batch_sequences, device,
+                                                 count_outside), options.eval_depth)
+            for name, samples in evaluation.items() if samples}
 
 
 def evaluation_table(results: dict[str, DepthStats]) -> str:
@@ -326,7 +329,7 @@ def _measured_heads(model, tokenizer, options: TrainHeadOptions, head, pruned, e
     measured = []
     for one in (head, pruned):
         mapping = target_to_draft_map(head_vocab(one), model.config.vocab_size)
-        results = evaluate(one.eval(), evaluation, mapping, options)
+        results = evaluate(one.eval(), evaluation, mapping, options, count_outside=True)
         log(evaluation_table(results))
         measured.append({name: asdict(r) for name, r in results.items()})
     return measured[0], measured[1]
@@ -484,8 +487,10 @@ def _pruned_section(m: dict[str, Any]) -> str:
     if p.get("heldout_before_only"):
         stale = "\nNot measured after pruning: the held-out acceptance above is the unpruned head's."
     if p.get("evaluation_before") and m.get("evaluation"):
-        table = "\n" + comparison_table({f"{p['from_size']} tokens": p["evaluation_before"],
-                                          f"{p['to_size']} tokens": m["evaluation"]}) + "\n"
+        heads = {f"{p['from_size']} tokens": p["evaluation_before"], f"{p['to_size']} tokens": m["evaluation"]}
+        table = ("\nBoth measured on the same positions, every answer token counted (one outside a head's draft "
+                 "vocabulary is a miss;\ntraining's measurements leave such positions out):\n\n"
+                 + comparison_table(heads) + "\n")
     return f"""
 ## Draft vocabulary pruned
 
