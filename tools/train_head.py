@@ -12,6 +12,9 @@
 5. The head directory (config.json, fp16 model.safetensors), metrics.json
    and a model card README.md are written.
 
+`--prune-vocab K --init HEAD --prune-counts IDS.npz` trains nothing: it keeps the K most frequent
+tokens of HEAD's draft vocabulary (tools/training/prune.py) and writes the smaller head the same way.
+
 Work files (chunks, checkpoints) live in `--work`; only the head is meant to be committed.
 """
 
@@ -33,6 +36,7 @@ from engine.models.head import default_feature_layers, load_head, save_head
 from tools.training import sharegpt
 from tools.training.mix import Writer, build_mix
 from tools.training.objective import DepthStats, depth_stats
+from tools.training.prune import answer_token_counts, head_vocab, prune_head, vocab_coverage
 from tools.training.selfdistill import (GenerationPlan, Sample, is_held_out, load_chunks,
                                          read_prompts, run_generation, run_teacher_forcing, write_prompts)
 from tools.training.trainer import (LoopOptions, choose_draft_vocab, coverage, eval_batches, new_head,
@@ -214,11 +218,14 @@ def bench_rows(path: Path, limit: int) -> list[dict]:
     return rows[:limit]
 
 
-def evaluate(head, evaluation: dict[str, list[Sample]], mapping: torch.Tensor,
-             options: TrainHeadOptions) -> dict[str, DepthStats]:
+def evaluate(head, evaluation: dict[str, list[Sample]], mapping: torch.Tensor, options: TrainHeadOptions,
+             count_outside: bool = False) -> dict[str, DepthStats]:
+    """Each set's acceptance; with `count_outside` a target token outside the draft vocabulary is a miss,
+    not a position left out (two vocabularies compared on the same positions)."""
     device = head.fc.weight.device
-    return {name: depth_stats(head, eval_batches(samples, mapping, options.loop.batch_sequences, device),
-                              options.eval_depth) for name, samples in evaluation.items() if samples}
+    return {name: depth_stats(head, eval_batches(samples, mapping, options.loop.batch_sequences, device,
+                                                 count_outside), options.eval_depth)
+            for name, samples in evaluation.items() if samples}
 
 
 def evaluation_table(results: dict[str, DepthStats]) -> str:
@@ -249,6 +256,98 @@ def evaluate_existing(model, tokenizer, head_dir: Path, options: TrainHeadOption
     (options.out / "evaluation.md").write_text(evaluation_table(results) + "\n")
     log(evaluation_table(results))
     return results
+
+
+def prune_existing(model, tokenizer, options: TrainHeadOptions, size: int, counts_path: Path, eos_ids: set[int],
+                   pad_id: int, log=print) -> dict[str, Any]:
+    """`options.init` with its draft vocabulary cut to the `size` tokens most frequent in the training answers of
+    `counts_path` (an `export_ids` file), written to `options.out` with its metrics and model card; no training.
+
+    With `--eval-bench` both heads are measured on the evaluation sets (cached answers are reused)."""
+    embeddings = model.get_input_embeddings().weight.detach().float()
+    head = load_head(options.init, embeddings).to(model.device)
+    vocab_size = model.config.vocab_size
+    counts = answer_token_counts(counts_path, vocab_size)
+    held_counts = answer_token_counts(counts_path, vocab_size, heldout=True)
+    pruned = prune_head(head, counts, size, set(eos_ids))
+    metrics_path = Path(options.init) / "metrics.json"
+    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
+    record = _pruned_record(head, pruned, counts, held_counts, sorted(eos_ids), counts_path, options.command)
+    train, held = record["train_answer_coverage"], record["heldout_answer_coverage"]
+    log(f"draft vocabulary {record['from_size']} -> {size}: training answers' tokens covered {train['before']:.2%} "
+        f"-> {train['after']:.2%}, held-out {held['before']:.2%} -> {held['after']:.2%}")
+    metrics.update(draft_vocab_size=size, heldout_vocab_coverage=record["heldout_answer_coverage"]["after"])
+    _record_measurements(metrics, record, options, *_measured_heads(model, tokenizer, options, head, pruned, eos_ids,
+                                                                    pad_id, log))
+    metrics["pruned"] = record
+    save_head(pruned, options.out, dtype=torch.float16)
+    (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (options.out / "README.md").write_text(model_card(metrics))
+    log(f"wrote {options.out}")
+    return metrics
+
+
+def _pruned_record(head, pruned, counts: torch.Tensor, held_counts: torch.Tensor, always: list[int],
+                   counts_path: Path, command: str) -> dict[str, Any]:
+    """metrics.json's `pruned`: the sizes, bytes and answer-token coverage before and after, and how."""
+    before, after = head_vocab(head), head_vocab(pruned)
+
+    def both(measure) -> dict[str, float]:
+        return {"before": measure(head, before), "after": measure(pruned, after)}
+
+    return {"from_size": len(before), "to_size": len(after), "always_kept": always,
+            "counts": _portable_path(counts_path), "counted_answer_tokens": int(counts.sum()),
+            "train_answer_coverage": both(lambda _, vocab: vocab_coverage(counts, vocab)),
+            "heldout_answer_coverage": both(lambda _, vocab: vocab_coverage(held_counts, vocab)),
+            "lm_head_fp16_bytes": both(lambda one, _: one.lm_head.weight.numel() * 2),
+            "head_fp16_bytes": both(lambda one, _: _fp16_bytes(one)),
+            "command": command}
+
+
+def _record_measurements(metrics: dict[str, Any], record: dict[str, Any], options: TrainHeadOptions,
+                         before: dict | None, after: dict | None) -> None:
+    """The pruned head's acceptance where it was measured; otherwise the old head's kept on record as its own,
+    never shown as the pruned head's."""
+    if after is None:
+        record["evaluation_before"] = metrics.pop("evaluation", None)
+        record["heldout_before_only"] = True
+        return
+    record["evaluation_before"], metrics["evaluation"] = before, after
+    if "held-out" in after:
+        metrics["heldout"] = _heldout_record(after["held-out"], options.eval_depth)
+
+
+def _measured_heads(model, tokenizer, options: TrainHeadOptions, head, pruned, eos_ids: set[int], pad_id: int,
+                    log) -> tuple[dict | None, dict | None]:
+    """Each head's acceptance on the same evaluation sets, as metrics.json keeps it; none without --eval-bench."""
+    if not options.eval_benches:
+        return None, None
+    layers = default_feature_layers(model.config.num_hidden_layers)
+    prompts, mix = prompt_rows(model, tokenizer, options, eos_ids, pad_id, log)
+    share = sharegpt_rows(tokenizer, options, log)
+    evaluation = evaluation_sets(model, tokenizer, options, prompts, mix, layers, eos_ids, pad_id, log, share)
+    measured = []
+    for one in (head, pruned):
+        mapping = target_to_draft_map(head_vocab(one), model.config.vocab_size)
+        results = evaluate(one.eval(), evaluation, mapping, options, count_outside=True)
+        log(evaluation_table(results))
+        measured.append({name: asdict(r) for name, r in results.items()})
+    return measured[0], measured[1]
+
+
+def _heldout_record(r: dict[str, Any], depth: int) -> dict[str, Any]:
+    """An evaluation set's measurement in the keys the model card's held-out section reads."""
+    return {"top1_by_depth": r["top1"], "chain_accept_by_depth": r["chain_accept"], "tau_chain": r["tau_chain"],
+            "tau_tree": r["tau_tree"], "positions": r["positions"], "depth": depth}
+
+
+def _fp16_bytes(head) -> int:
+    return sum(p.numel() for p in head.parameters()) * 2
+
+
+def _portable_path(path: Path) -> str:
+    """A path as a shipped file may name it: relative as given, an absolute one by its name alone."""
+    return Path(path).name if Path(path).is_absolute() else str(path)
 
 
 def _starting_head(model, samples: list[Sample], options: TrainHeadOptions, layers: tuple[int, ...],
@@ -334,7 +433,7 @@ Trained with `specscope train-head` on self-distillation data from its target.
 {depth_rows}
 
 τ of a top-1 chain of depth {h['depth']}: {h['tau_chain']:.2f}; {trees} (unbounded width, depth {h['depth']}).
-{_sharegpt_section(m)}{_evaluation_section(m)}
+{_sharegpt_section(m)}{_evaluation_section(m)}{_pruned_section(m)}
 ## Command
 
 ```
@@ -374,6 +473,53 @@ def _evaluation_section(m: dict[str, Any]) -> str:
 
 {evaluation_table(results)}
 """
+
+
+def _pruned_section(m: dict[str, Any]) -> str:
+    """What pruning the draft vocabulary kept and what it cost in acceptance, when the head was pruned."""
+    if not m.get("pruned"):
+        return ""
+    p = m["pruned"]
+    train, held = p["train_answer_coverage"], p["heldout_answer_coverage"]
+    mb = {k: v / 1e6 for k, v in p["lm_head_fp16_bytes"].items()}
+    head_mb = {k: v / 1e6 for k, v in p["head_fp16_bytes"].items()}
+    table, stale = "", ""
+    if p.get("heldout_before_only"):
+        stale = "\nNot measured after pruning: the held-out acceptance above is the unpruned head's."
+    if p.get("evaluation_before") and m.get("evaluation"):
+        heads = {f"{p['from_size']} tokens": p["evaluation_before"], f"{p['to_size']} tokens": m["evaluation"]}
+        table = ("\nBoth measured on the same positions, every answer token counted (one outside a head's draft "
+                 "vocabulary is a miss;\ntraining's measurements leave such positions out):\n\n"
+                 + comparison_table(heads) + "\n")
+    return f"""
+## Draft vocabulary pruned
+
+Cut from {p['from_size']} to the {p['to_size']} tokens most frequent in the target's answers to the training prompts
+of `{p['counts']}` ({p['counted_answer_tokens']} tokens; end-of-text ids {p['always_kept']} always kept), with
+nothing retrained: the kept rows of `lm_head` are the old ones, so their logits are bit-identical. A draft forward
+of a head this small is memory-bound and `lm_head` was most of its bytes: {mb['before']:.1f} MB of fp16 weights
+-> {mb['after']:.1f} MB (the head: {head_mb['before']:.1f} -> {head_mb['after']:.1f} MB). Answer tokens the draft
+vocabulary holds: training answers {train['before']:.2%} -> {train['after']:.2%}, held-out answers
+{held['before']:.2%} -> {held['after']:.2%}.{stale}
+{table}
+```
+{p['command']}
+```
+"""
+
+
+def comparison_table(heads: dict[str, dict[str, Any]]) -> str:
+    """Markdown: each evaluation set's acceptance under each head (`heads`: label -> metrics.json evaluation)."""
+    first = next(iter(heads.values()))
+    depth, widths = len(next(iter(first.values()))["top1"]), list(next(iter(first.values()))["tau_tree"])
+    lines = ["| set | head | " + " | ".join(f"@{k + 1}" for k in range(depth)) + " | τ chain | "
+             + " | ".join(f"τ top-{w} tree" for w in widths) + " |", "|---" * (depth + 3 + len(widths)) + "|"]
+    for name in first:
+        for label, results in heads.items():
+            r = results[name]
+            lines.append(f"| {name} | {label} | " + " | ".join(f"{x:.3f}" for x in r["top1"])
+                         + f" | {r['tau_chain']:.2f} | " + " | ".join(f"{r['tau_tree'][w]:.2f}" for w in widths) + " |")
+    return "\n".join(lines)
 
 
 def export_ids(train: list[Sample], held: list[Sample], path: Path) -> None:
@@ -461,6 +607,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "no training")
     p.add_argument("--from-ids", type=Path, default=None,
                    help="rebuild the data from an exported id file by teacher forcing, instead of generating")
+    p.add_argument("--prune-vocab", type=int, default=0,
+                   help="no training: write --init's head with only this many of its draft tokens, the most frequent "
+                        "in --prune-counts's training answers (measured beside the old head with --eval-bench)")
+    p.add_argument("--prune-counts", type=Path, default=None,
+                   help="an exported id file (--export-ids) whose training answers' tokens rank the draft vocabulary")
 
 
 def portable_command(argv: list[str]) -> str:
@@ -478,7 +629,8 @@ def portable_command(argv: list[str]) -> str:
 
 
 def _sharegpt_plan(args: argparse.Namespace) -> sharegpt.ShareGPTPlan | None:
-    if not (args.sharegpt or args.sharegpt_self or (args.evaluate and args.sharegpt_eval)):
+    measuring_only = args.evaluate or args.prune_vocab
+    if not (args.sharegpt or args.sharegpt_self or (measuring_only and args.sharegpt_eval)):
         return None
     return sharegpt.ShareGPTPlan(teacher_forced=args.sharegpt, self_distilled=args.sharegpt_self,
                                  evaluation=args.sharegpt_eval, held_out=args.held_out, max_len=args.sharegpt_max_len,
@@ -518,6 +670,11 @@ def command(args: argparse.Namespace) -> int:
         command=portable_command(sys.argv[1:]))
     if args.evaluate:
         evaluate_existing(model, tokenizer, args.evaluate, options, eos, pad)
+        return 0
+    if args.prune_vocab:
+        if not (args.init and args.prune_counts):
+            raise SystemExit("--prune-vocab needs --init (the head to prune) and --prune-counts (an exported id file)")
+        prune_existing(model, tokenizer, options, args.prune_vocab, args.prune_counts, eos, pad)
         return 0
     if args.from_ids:
         layers = default_feature_layers(model.config.num_hidden_layers)

@@ -21,28 +21,39 @@ from engine.models.head import Eagle3Head
 from tools.training.selfdistill import Sample
 
 
+NO_LABEL = -1  # a prompt or padding position: nothing to predict
+OUTSIDE_DRAFT = -2  # the target's token is outside the draft vocabulary: a position every draft misses
+
+
 @dataclass
 class Batch:
     ids: torch.Tensor  # [B, T] long, right-padded with 0
     features: torch.Tensor  # [B, T - 1, F] target features of x_0 .. x_{T-2}
-    labels: torch.Tensor  # [B, T] long: draft-vocabulary id of the target's token after x_p, -1 where none
+    labels: torch.Tensor  # [B, T] long: draft-vocabulary id of the target's token after x_p, NO_LABEL where none
 
     def to(self, device: torch.device | str) -> "Batch":
         return Batch(*(t.to(device, non_blocking=True) for t in (self.ids, self.features, self.labels)))
 
 
-def make_batch(samples: list[Sample], target_to_draft: torch.Tensor) -> Batch:
-    """Pads samples into a batch; `target_to_draft` [V] maps target ids to draft ids (-1 outside)."""
+def make_batch(samples: list[Sample], target_to_draft: torch.Tensor, count_outside: bool = False) -> Batch:
+    """Pads samples into a batch; `target_to_draft` [V] maps target ids to draft ids (-1 outside).
+
+    A token outside the draft vocabulary is no label (training cannot learn it), or with `count_outside`
+    OUTSIDE_DRAFT, so that measuring counts it as a miss: heads of different vocabularies are then measured on
+    the same positions."""
     width = max(len(s.ids) for s in samples)
     feature_dim = samples[0].features.shape[-1]
     ids = torch.zeros(len(samples), width, dtype=torch.long)
     features = torch.zeros(len(samples), width - 1, feature_dim, dtype=samples[0].features.dtype)
-    labels = torch.full((len(samples), width), -1, dtype=torch.long)
+    labels = torch.full((len(samples), width), NO_LABEL, dtype=torch.long)
     for b, s in enumerate(samples):
         t = len(s.ids)
         ids[b, :t] = s.ids
         features[b, :t - 1] = s.features
-        labels[b, s.prompt_len - 1:t - 1] = target_to_draft[s.labels]
+        drafted = target_to_draft[s.labels]  # [t - prompt_len]
+        if count_outside:
+            drafted = drafted.masked_fill(drafted < 0, OUTSIDE_DRAFT)
+        labels[b, s.prompt_len - 1:t - 1] = drafted
     return Batch(ids, features, labels)
 
 
@@ -88,7 +99,7 @@ def unroll(head: Eagle3Head, batch: Batch, steps: int, decay: float = 0.8, keep_
             diagonal_keys.append((key, value))
         attended = _ttt_attention(q, real_k, real_v, diagonal_keys, causal_bias)  # [B, N, h·d]
         state = head.finish(state, attn.o_proj(attended))
-        labels = _shift(batch.labels, 1 + k, n, -1)  # [B, N]
+        labels = _shift(batch.labels, 1 + k, n, NO_LABEL)  # [B, N]
         mask = labels >= 0
         logits = head.draft_logits(state[mask])  # [M, Vd]
         loss = F.cross_entropy(logits.float(), labels[mask]) if mask.any() else state.sum() * 0
@@ -140,7 +151,7 @@ def depth_stats(head: Eagle3Head, batches: list[Batch], steps: int, widths=(4, 1
     hits = {1: [], **{w: [] for w in widths}}  # width -> list of [P, steps] bool
     for batch in batches:
         result = unroll(head, batch, steps, keep_logits=True)
-        start = result.labels[0] >= 0  # [B, N] positions where a step could start
+        start = result.labels[0] != NO_LABEL  # [B, N] positions where a step could start
         for w in hits:
             per_step = []
             for logits, labels in zip(result.logits, result.labels):

@@ -197,7 +197,7 @@ def _save(path: Path, head: Eagle3Head, optimizer, state: dict) -> None:
 
 
 def eval_batches(samples: list[Sample], target_to_draft: torch.Tensor, batch_sequences: int,
-                 device: torch.device | str = "cpu") -> list[Batch]:
+                 device: torch.device | str = "cpu", count_outside: bool = False) -> list[Batch]:
     ordered = sorted(samples, key=lambda s: len(s.ids))
-    return [make_batch(ordered[i:i + batch_sequences], target_to_draft).to(device)
+    return [make_batch(ordered[i:i + batch_sequences], target_to_draft, count_outside).to(device)
             for i in range(0, len(ordered), batch_sequences)]
