@@ -362,6 +362,32 @@ def test_the_heads_draft_step_in_the_kernel_drafts_as_its_torch_modules_do(kerne
 
 
 @needs_kernel
+def test_a_context_longer_than_one_head_step_takes_runs_in_calls_bit_for_bit(kernel_path):
+    """A prompt's context is read by the head at the first step, in one forward of every pair: past the
+    kernel's limit (256) it runs in calls of that many, and each row gets the bits it gets in one call."""
+    from engine.drafters.eagle_head import EagleHeadDrafter
+    from engine.tree import DraftTree
+    from test_hybrid import random_head
+
+    target = tiny_llama(seed=2, hidden=HIDDEN, layers=3, dtype=torch.bfloat16)
+    head = random_head(target, dtype=torch.bfloat16)
+    context = [(13 * i) % 200 + 1 for i in range(23)]
+    features = torch.randn(len(context) - 1, 3 * HIDDEN, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    seen = {}
+    for limit in (256, 5):  # one call; calls of 5 pairs (4 calls and a 2-pair one)
+        drafter = EagleHeadDrafter(head, num_target_layers=3)
+        drafter.native.max_tokens = limit
+        drafter.start(context, features)
+        tree = DraftTree.with_root(context[-1])
+        root = drafter.frontier_draft_logits(tree, [0]).clone()
+        children = [tree.add(0, t, 0.1, 0.1, "head") for t in (5, 6, 7, 8, 9, 10, 11)]
+        seen[limit] = (root, drafter.frontier_draft_logits(tree, children).clone(),
+                       drafter.kv[:, :, :drafter.cache_len + 8].clone())
+    for one, split in zip(seen[256], seen[5]):
+        assert torch.equal(one, split)
+
+
+@needs_kernel
 @pytest.mark.parametrize("vocab, k", [(12288, 10), (200, 3), (49, 64 - 15), (4096, 64)])
 def test_the_kernels_top_k_and_log_sum_exp_are_torchs_on_bfloat16_rows(vocab, k):
     """A drafter's read of its logits in one C call (native.top_k_lse): the same values as torch.topk over the

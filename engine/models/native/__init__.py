@@ -458,6 +458,7 @@ class NativeHead:
         self._version = None
         self._tables: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (capacity, cos, sin_signed)
         self._buffers: dict[int, list[torch.Tensor]] = {}  # scratch per number of pairs
+        self.max_tokens = self.library.native_max_tokens()
 
     def _bind(self) -> None:
         """Fused copies of the weights (paired too where the dot-product path runs), as they are now."""
@@ -490,7 +491,30 @@ class NativeHead:
         """Output states [N, H] and draft logits [N − first_logit, Vd] (bf16, both tensors of their own: the
         drafter keeps them row by row) for N pairs (embeds, state [N, H]) at rotary `positions` [N]; their keys
         and values go into `kv` [2, kv, C, d] from slot `start`; `mask` [N, M] bool over the last M of the start + N
-        columns (None: all visible)."""
+        columns (None: all visible, one pair only where N exceeds a call).
+
+        More pairs than one call takes (a long prompt's context, read at the first step) run in calls of
+        `max_tokens`: rows [a, b) from slot start + a, each seeing the columns before it and, of the new ones,
+        those up to b (no row sees a later one: the context is causal, a tree lists parents first), so each row
+        gets the bits of one call."""
+        n = embeds.shape[0]
+        if n <= self.max_tokens:
+            return self._step(embeds, state, positions, kv, start, mask, first_logit)
+        assert mask is not None, "pairs that see later pairs cannot be split into calls"
+        outs, logits = [], []
+        for a in range(0, n, self.max_tokens):
+            b = min(n, a + self.max_tokens)
+            rows = mask[a:b, :max(0, mask.shape[1] - (n - b))]  # [b − a, M'] over the last M' columns so far
+            wanted = max(first_logit - a, 0)  # the call's first row whose logits are asked for; b − a: none
+            out, part = self._step(embeds[a:b], state[a:b], positions[a:b], kv, start + a, rows,
+                                   min(wanted, b - a - 1))  # a call scores at least its last row
+            outs.append(out)
+            logits.append(part[wanted - min(wanted, b - a - 1):])
+        return torch.cat(outs), torch.cat(logits)
+
+    def _step(self, embeds: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
+              start: int, mask: torch.Tensor | None, first_logit: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One call of the kernel's head step (`__call__`'s arguments), at most `max_tokens` pairs."""
         if self._version != self._versions():
             self._bind()
         n, capacity = embeds.shape[0], kv.shape[2]
