@@ -168,3 +168,22 @@ def test_profiling_a_lean_lm_times_its_own_forward_and_records_the_floors():
 
 def test_a_table_saved_before_floors_prints_no_floor_lines():
     assert floor_lines(CostTable.linear(lam=1.0, delta=9.0)) == []
+
+
+def test_the_profile_measures_an_eagle_head_as_the_draft_when_there_is_no_draft_lm():
+    """The shipped drafters run a head, no draft LM: its forwards are measured (c is then the table's, not an
+    assumed tenth of the target), one request's row per context, a batch's b times it (its requests draft one
+    after another)."""
+    from engine.drafters.eagle_head import EagleHeadDrafter
+    from engine.models.head import Eagle3Head, head_config
+
+    model = tiny_llama(0, hidden=64, layers=2)
+    head = Eagle3Head(head_config(model.config, draft_vocab_size=32), model.get_input_embeddings().weight.detach())
+    grid = Grid(ns=(1, 4, 16), contexts=(16, 48), batches=(1, 3), repeats=2, warmup=1)
+    table = profile(CachedLM(model, name="tiny-target"), None, grid, progress=False,
+                    head=EagleHeadDrafter(head.eval(), "tiny-head", 2))
+    assert table.draft is not None and (table.draft.name, table.draft.source) == ("tiny-head", "measured")
+    one, three = table.draft.ms
+    assert all(ms > 0 for row in one for ms in row)
+    assert three == [[3 * ms for ms in row] for row in one]
+    assert table.draft_cost(4, context=40) == one[1][1]

@@ -32,13 +32,14 @@ from typing import Any, Callable
 import torch
 
 from engine.calibration import is_calibration
+from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts
 from engine.loading import load_engine
 from engine.models import kvcache
 from engine.models.base import BatchItem
 from engine.models.device import clock, device_name
 from engine.options import EngineOptions
-from engine.tree import attention_bias, tree_attention_allowed
+from engine.tree import DraftTree, attention_bias, tree_attention_allowed
 from tools.floors import Floors, measure_floors, model_floors
 
 N_MAX_CPU, N_MAX_GPU = 64, 128  # every n up to this is measured by default
@@ -120,6 +121,43 @@ def lm_timer(lm: Any, context: int) -> Callable[[int], float]:
     return time_n
 
 
+def head_timer(drafter: EagleHeadDrafter, context: int) -> Callable[[int], float]:
+    """Times one draft forward of an EAGLE-3 head as a step's layer runs it: n drafted nodes, children of
+    the root, over `context` committed pairs of random tokens and features (the kernel's head step where it
+    runs the head): what δ counts and c prices."""
+    head = drafter.head
+    vocab = int(head.vocab_size)
+    features = 0.1 * torch.randn(context, head.fc.in_features, dtype=drafter.dtype, device=drafter.device)
+    drafter.start(torch.randint(0, vocab, (context + 1,)).tolist(), features)  # [C] features: all but the root's
+    drafter.frontier_draft_logits(DraftTree.with_root(0), [0])  # the context's pairs join the head's cache
+
+    def time_n(n: int) -> float:
+        tree = DraftTree.with_root(0)
+        nodes = [tree.add(0, token, 0.1, 0.1) for token in torch.randint(0, vocab, (n,)).tolist()]
+        drafter.discard_tree()
+        drafter.frontier_draft_logits(tree, [0])  # the root pair, as every step's first layer runs it
+        start = clock(drafter.device)
+        drafter.frontier_draft_logits(tree, nodes)
+        return (clock(drafter.device) - start) * 1000
+
+    return time_n
+
+
+def measure_head(drafter: EagleHeadDrafter, grid: Grid, tick: Callable[[str], None] = lambda _: None
+                 ) -> list[list[list[float]]]:
+    """ms[b][c][k] of the head's draft forwards. A batch drafts its requests one after another
+    (engine/batch.py), so batch b's row is b times its request's, measured once per context."""
+    rows = []
+    for context in grid.contexts:
+        row = measure_row(head_timer(drafter.session(), context), grid.ns, grid.repeats, grid.warmup, tick,
+                          f"ctx={context}", grid.statistic)
+        rows.append(row)
+        for batch in grid.batches[1:]:  # derived, not timed: the bar still counts their cells
+            for n in grid.ns:
+                tick(f"B={batch} ctx={context} n={n}")
+    return [[[batch * ms for ms in row] for row in rows] for batch in grid.batches]
+
+
 def batch_timer(lm: Any, context: int, batch: int) -> Callable[[int], float]:
     """Times the LM's batched verify forward as engine/batch.py runs it: `batch` sessions, each on
     `context` cached random tokens, each verifying an n-token chain given as a tree, in one forward_batch."""
@@ -193,8 +231,10 @@ def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: N
 
 
 def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress: bool = True,
-            device_label: str | None = None, floors: bool = True) -> CostTable:
-    """Measures the target (and the draft, when it is a model) and returns their cost table.
+            device_label: str | None = None, floors: bool = True, head: EagleHeadDrafter | None = None) -> CostTable:
+    """Measures the target and the draft and returns their cost table: the draft LM when there is one,
+    else the EAGLE-3 `head` when given (its own draft forward, `measure_head`); neither: the table's
+    draft costs stay assumed.
 
     `target` and `draft` are cached LMs (anything with `.model`, `.name` and the forward methods) or bare
     models. With `floors`, the table's meta also holds each model's memory and compute floors
@@ -203,15 +243,21 @@ def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress
     from tqdm import tqdm
 
     lms = [target] + ([draft] if draft is not None else [])
-    bar = tqdm(total=grid.cells * len(lms), desc="profile", unit="cell", disable=not progress)
-    measured = []
-    for lm in lms:
-        name = _model_and_name(lm)[1]
+    head = head if draft is None else None
+    bar = tqdm(total=grid.cells * (len(lms) + (head is not None)), desc="profile", unit="cell",
+               disable=not progress)
 
-        def tick(label: str, name: str = name) -> None:
+    def ticker(name: str) -> Callable[[str], None]:
+        def tick(label: str) -> None:
             bar.set_postfix_str(f"{name} {label}")
             bar.update()
-        measured.append(ModelCosts(name=name, ms=measure_model(lm, grid, tick)))
+        return tick
+
+    measured = [ModelCosts(name=_model_and_name(lm)[1], ms=measure_model(lm, grid, ticker(_model_and_name(lm)[1])))
+                for lm in lms]
+    if head is not None:
+        name = head.model_name or "head"
+        measured.append(ModelCosts(name=name, ms=measure_head(head, grid, ticker(name))))
     bar.close()
     target_model = _model_and_name(target)[0]
     param = next(target_model.parameters())
@@ -227,7 +273,7 @@ def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress
     return CostTable(
         device=device_label or device_name(param.device), dtype=str(param.dtype).replace("torch.", ""),
         batches=list(grid.batches), contexts=list(grid.contexts), ns=list(grid.ns),
-        target=measured[0], draft=measured[1] if draft is not None else None, context_step=grid.context_step,
+        target=measured[0], draft=measured[1] if len(measured) > 1 else None, context_step=grid.context_step,
         meta=meta,
     )
 
@@ -298,8 +344,9 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     if engine is None:  # no first-load calibration: the table it would price trees with is being measured
         engine = load_engine(EngineOptions(**{"calibrate": False, **EngineOptions.given_in(args)}))
     draft = None if args.no_draft else engine.draft_lm
+    head = None if args.no_draft or draft is not None or "head" not in engine.drafters else engine.drafters["head"]()
     grid = grid_from_args(args, engine.target.device.type)
-    table = profile(engine.target, draft, grid)
+    table = profile(engine.target, draft, grid, head=head)
     _keep_recorded_default(engine.costs, table)
     path = table.save(args.out or engine.cost_table_path)
     print(f"wrote {path}")

@@ -86,6 +86,11 @@ class EagleHeadDrafter(Drafter):
         self.root_feature: torch.Tensor | None = None  # [F]: feature of the token before the root
         self._clear_tree()
 
+    def discard_tree(self) -> None:
+        """Drops this step's tree, keeping the committed cache: the next forward starts the step again (a
+        profile times a layer this way)."""
+        self._clear_tree()
+
     def _clear_tree(self) -> None:
         self.ran = 0  # tree nodes run this step: columns length … length + ran − 1 of the cache, in run order
         self.slot: dict[int, int] = {}  # node -> its column among them
