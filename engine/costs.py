@@ -113,9 +113,10 @@ class CostTable:
     def draft_costs(self) -> ModelCosts:
         """The draft's grid; without a measured draft, an assumed fraction of the target's.
 
-        A feature-level head or an n-gram drafter is no LanguageModel the profiler can time; FACTS measured a
-        one-layer head at c ≈ 0.04–0.16 of a target forward, so 0.1 of the target's grid stands in (a head
-        is one decoder layer plus the LM head, so its cost grows with n like the target's).
+        `specscope profile` measures a draft LM or, without one, the EAGLE-3 head (tools/profile.py); a table
+        without either (a first-load calibration's, an n-gram drafter's) assumes: FACTS measured a one-layer
+        head at c ≈ 0.04–0.16 of a target forward, so 0.1 of the target's grid stands in (a head is one
+        decoder layer plus the LM head, so its cost grows with n like the target's).
         """
         if self.draft is not None:
             return self.draft

@@ -56,8 +56,8 @@ calibration (ours, not the paper's) A path score is the draft's confidence, not
         a request, κ = (accepted + 1) / (Σ path scores verified + 1) rescales
         utilities to min(1, κ·score); and the best node is always verified
         (min_verify) so κ has evidence to learn from even when costs would send nothing.
-        Likewise the draft's cost: a drafter that is no CachedLM (the head, prompt
-        lookup) has only an assumed cost in the table, and every drafter pays Python
+        Likewise the draft's cost: a table without a draft row (no draft LM or head
+        was profiled) has only an assumed one, and every drafter pays Python
         overhead the table cannot see, so draft costs are scaled by ρ, the median
         of measured / table-predicted draft ms over the request's last 16 steps
         (two pseudo-steps at 1 to start: a cold first step must not swing it).
