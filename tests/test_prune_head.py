@@ -10,6 +10,7 @@ import torch
 
 from engine.models.head import load_head, save_head
 from test_head import VOCAB, tiny_head, tiny_target
+from test_train_head import trained_metrics as train_head_metrics
 from tools.training.prune import answer_token_counts, head_vocab, prune_head, vocab_coverage
 
 
@@ -19,16 +20,8 @@ def token_counts(seed: int = 5) -> torch.Tensor:
 
 
 def trained_metrics() -> dict:
-    """metrics.json as training writes it, in brief."""
-    return {"command": "specscope train-head --out x", "draft_vocab_size": 64, "heldout_vocab_coverage": 0.99,
-            "data": {"train_answers": 10, "train_prompts": 10, "train_response_tokens": 1000,
-                     "train_greedy_answers": 6, "heldout_answers": 2, "heldout_response_tokens": 200,
-                     "heldout_share_of_prompts": 0.05},
-            "training": {"steps": 5, "epochs": 1.0, "wall_s": 60.0, "final_loss": 2.0, "final_loss_by_step": [1.0],
-                         "ttt_steps": 1, "step_decay": 0.8, "lr": 1e-3, "weight_decay": 0.01, "batch_sequences": 4,
-                         "seed": 0},
-            "heldout": {"top1_by_depth": [0.6, 0.4], "chain_accept_by_depth": [0.6, 0.5], "tau_chain": 1.9,
-                        "tau_tree": {"4": 2.5}, "positions": 100, "depth": 2},
+    """metrics.json as training writes it, with its evaluation sets."""
+    return {**train_head_metrics(draft_vocab=64),
             "evaluation": {"held-out": {"top1": [0.6, 0.4], "chain_accept": [0.6, 0.5], "tau_chain": 1.9,
                                         "tau_tree": {"4": 2.5}, "positions": 100}}}
 

@@ -151,17 +151,21 @@ def test_self_written_prompts_are_whole_new_questions_and_are_reused(tmp_path):
     assert self_written_prompts(target, tokenizer, 5, path, {1}, 1, log=lambda *a: None) == rows
 
 
+def trained_metrics(draft_vocab: int = 16384) -> dict:
+    """metrics.json as training writes it, in brief."""
+    return {"command": "specscope train-head --out x", "draft_vocab_size": draft_vocab, "heldout_vocab_coverage": 0.99,
+            "data": {"train_answers": 10, "train_prompts": 10, "train_response_tokens": 1000,
+                     "train_greedy_answers": 6, "heldout_answers": 2, "heldout_response_tokens": 200,
+                     "heldout_share_of_prompts": 0.05},
+            "training": {"steps": 5, "epochs": 1.0, "wall_s": 60.0, "final_loss": 2.0, "final_loss_by_step": [1.0],
+                         "ttt_steps": 1, "step_decay": 0.8, "lr": 1e-3, "weight_decay": 0.01, "batch_sequences": 4,
+                         "seed": 0},
+            "heldout": {"top1_by_depth": [0.6, 0.4], "chain_accept_by_depth": [0.6, 0.5], "tau_chain": 1.9,
+                        "tau_tree": {4: 2.5}, "positions": 100, "depth": 2}}
+
+
 def test_model_card_lists_acceptance_by_depth():
-    metrics = {"command": "specscope train-head --out x", "draft_vocab_size": 16384, "heldout_vocab_coverage": 0.99,
-               "data": {"train_answers": 10, "train_prompts": 10, "train_response_tokens": 1000,
-                        "train_greedy_answers": 6, "heldout_answers": 2, "heldout_response_tokens": 200,
-                        "heldout_share_of_prompts": 0.05},
-               "training": {"steps": 5, "epochs": 1.0, "wall_s": 60.0, "final_loss": 2.0, "final_loss_by_step": [1.0],
-                            "ttt_steps": 1, "step_decay": 0.8, "lr": 1e-3, "weight_decay": 0.01, "batch_sequences": 4,
-                            "seed": 0},
-               "heldout": {"top1_by_depth": [0.6, 0.4], "chain_accept_by_depth": [0.6, 0.5], "tau_chain": 1.9,
-                           "tau_tree": {4: 2.5}, "positions": 100, "depth": 2}}
-    card = model_card(metrics)
+    card = model_card(trained_metrics())
     assert "| 1 | 0.600 | 0.600 |" in card and "top-4 tree τ = 2.50" in card
 
 

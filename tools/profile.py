@@ -32,8 +32,8 @@ from typing import Any, Callable
 import torch
 
 from engine.calibration import is_calibration
-from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts
+from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.loading import load_engine
 from engine.models import kvcache
 from engine.models.base import BatchItem
@@ -253,8 +253,10 @@ def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress
             bar.update()
         return tick
 
-    measured = [ModelCosts(name=_model_and_name(lm)[1], ms=measure_model(lm, grid, ticker(_model_and_name(lm)[1])))
-                for lm in lms]
+    measured = []
+    for lm in lms:
+        name = _model_and_name(lm)[1]
+        measured.append(ModelCosts(name=name, ms=measure_model(lm, grid, ticker(name))))
     if head is not None:
         name = head.model_name or "head"
         measured.append(ModelCosts(name=name, ms=measure_head(head, grid, ticker(name))))
@@ -344,7 +346,7 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     if engine is None:  # no first-load calibration: the table it would price trees with is being measured
         engine = load_engine(EngineOptions(**{"calibrate": False, **EngineOptions.given_in(args)}))
     draft = None if args.no_draft else engine.draft_lm
-    head = None if args.no_draft or draft is not None or "head" not in engine.drafters else engine.drafters["head"]()
+    head = None if args.no_draft or "head" not in engine.drafters else engine.drafters["head"]()  # if no draft LM
     grid = grid_from_args(args, engine.target.device.type)
     table = profile(engine.target, draft, grid, head=head)
     _keep_recorded_default(engine.costs, table)

@@ -84,14 +84,11 @@ class EagleHeadDrafter(Drafter):
         self.pending_tokens: list[int] = []  # context tokens whose pairs are not in the cache yet
         self.pending_features: list[torch.Tensor] = []  # each [F]: feature of the token before
         self.root_feature: torch.Tensor | None = None  # [F]: feature of the token before the root
-        self._clear_tree()
+        self.discard_tree()
 
     def discard_tree(self) -> None:
-        """Drops this step's tree, keeping the committed cache: the next forward starts the step again (a
-        profile times a layer this way)."""
-        self._clear_tree()
-
-    def _clear_tree(self) -> None:
+        """Drops this step's tree, keeping the committed cache: the next forward starts the step again (each
+        step's root does; a profile times a layer this way)."""
         self.ran = 0  # tree nodes run this step: columns length … length + ran − 1 of the cache, in run order
         self.slot: dict[int, int] = {}  # node -> its column among them
         self.ancestry: dict[int, list[int]] = {}  # node -> columns of itself and its ancestors
@@ -213,7 +210,7 @@ class EagleHeadDrafter(Drafter):
     def _run_root(self, tree: DraftTree) -> torch.Tensor:
         """The pending context pairs and the root pair in one causal forward; the pending pairs join the
         cache and the root becomes node 0, the tree's first column. Returns the root's logits [1, Vd]."""
-        self._clear_tree()
+        self.discard_tree()
         tokens = self.pending_tokens + [tree.token[0]]
         features = torch.stack(self.pending_features + [self.root_feature]).to(self.device)  # [M + 1, F]
         positions = list(range(self.length, self.length + len(tokens)))
@@ -268,7 +265,7 @@ class EagleHeadDrafter(Drafter):
             self.pending_tokens.append(tree.token[node])
             self.pending_features.append(features[j - 1])
         self.root_feature = features[-1]
-        self._clear_tree()
+        self.discard_tree()
 
 
 def _ancestry_mask(above: list[list[int]], ran: int) -> torch.Tensor:

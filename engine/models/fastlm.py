@@ -236,7 +236,7 @@ class FastLM(LanguageModel):
         for share in chosen:
             lm, n = share.lm, len(share.tokens)
             lm._grow(lm.length + n)
-            sequences.append((lm, share.positions, _kernel_rows(share.masked, n, 0, n), lm.length))
+            sequences.append((lm, share.positions, native.kernel_rows(share.masked, n, 0, n), lm.length))
         tokens = [token for share in chosen for token in share.tokens]
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [ΣN, H]
         logits, features = self.kernel.batch(x, sequences, wanted)
@@ -309,7 +309,7 @@ class FastLM(LanguageModel):
         logits, features = [], []
         for a in range(0, n, step):
             b = min(n, a + step)
-            rows = _kernel_rows(masked, n, a, b)
+            rows = native.kernel_rows(masked, n, a, b)
             part, seen = self.kernel(x[a:b], positions[a:b], rows, start + a, wanted, cache=self)
             self.length = start + b
             logits.append(part)
@@ -402,18 +402,6 @@ class _Part:
     rows: slice
     start: int
     attend: dict
-
-
-def _kernel_rows(masked: torch.Tensor | None, n: int, a: int, b: int) -> torch.Tensor | None:
-    """The kernel's mask for rows [a, b) of n new tokens: [b - a, M'] over the last M' columns it has,
-    None where they see every column. `masked` as in `_Share` (None: causal)."""
-    if masked is None:
-        rows = torch.ones(b - a, b - a, dtype=torch.bool).tril() if b - a > 1 else None  # causal
-    else:
-        rows = masked[a:b, :max(0, masked.shape[1] - (n - b))]  # [b - a, M'] over the last M' columns
-    if rows is not None and (rows.shape[1] == 0 or bool(rows.all())):
-        return None
-    return rows
 
 
 def _joined(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -20,8 +20,9 @@ forwards are compute-bound a sure one only (`cost_aware=false`: q alone decides)
 With `free_q` = 1 (no match is that sure) the chain is Leviathan's.
 
 γ itself is chosen as Leviathan et al. choose it (§3.5): the one that
-maximises the expected tokens per unit of step time (their improvement factor). With α the chance
-the target accepts a draft token, a step of γ drafts emits
+maximises the expected tokens per unit of step time (their improvement
+factor). With α the chance the target accepts a draft token, a step of γ
+drafts emits
 
     E(γ) = (1 − α^(γ+1)) / (1 − α)       tokens (the bonus or recovered one included),
 
@@ -34,9 +35,9 @@ the same every time. α is estimated per request from the chain's own
 verdicts (the maximum-likelihood estimate of a geometric run: accepted
 drafts over accepted drafts plus rejections), discounted by `DECAY` a step
 so that a change of text moves it, from a prior of `PRIOR_ALPHA` worth
-`PRIOR_WEIGHT` verdicts. `gamma` is then
-the most a step drafts; `pick_gamma=false` drafts exactly `gamma` every step.
-Each change of the step's γ is reported (policy_adjusted) with its numbers.
+`PRIOR_WEIGHT` verdicts. `gamma` is then the most a step drafts;
+`pick_gamma=false` drafts exactly `gamma` every step. Each change of the
+step's γ is reported (policy_adjusted) with its numbers.
 """
 
 from __future__ import annotations

@@ -117,8 +117,7 @@ class AdaptState:
     window: Window = field(default_factory=Window)
     move: Move | None = None  # the last change, kept or undone after the next window
     direction: dict[str, int] = field(default_factory=lambda: {"budget": 0, "mu": 0})
-    accepted_at_budget: dict[int, float] = field(default_factory=dict)  # mean accepted per step, by N
-    rate_at_budget: dict[int, float] = field(default_factory=dict)  # tokens/s of the last window at each N
+    at_budget: dict[int, Window] = field(default_factory=dict)  # the last window measured at each N
 
 
 class TalonAdaptivePolicy(TalonPolicy):
@@ -140,11 +139,11 @@ class TalonAdaptivePolicy(TalonPolicy):
 
     def observe(self, outcome: StepOutcome) -> list[Adjustment]:
         self.state.window.add(outcome)
-        if self.state.window.steps < (self.params.window if self.state.accepted_at_budget else self.params.first_window):
+        length = self.params.window if self.state.at_budget else self.params.first_window
+        if self.state.window.steps < length:
             return []
         window, self.state.window = self.state.window, Window()
-        self.state.accepted_at_budget[self.params.budget] = window.accepted / window.steps
-        self.state.rate_at_budget[self.params.budget] = window.tokens_per_s
+        self.state.at_budget[self.params.budget] = window
         if self.state.move is not None:
             undone = self._judge_move(window)
             if undone:
@@ -195,7 +194,7 @@ class TalonAdaptivePolicy(TalonPolicy):
         if not candidates:
             return None, "N at its bound"
         predicted = {c: self._predicted_rate(window, c) for c in candidates | {n}}
-        predicted.update({c: rate for c, rate in self.state.rate_at_budget.items() if c in candidates})
+        predicted.update({c: w.tokens_per_s for c, w in self.state.at_budget.items() if c in candidates})
         best = max(candidates, key=lambda c: predicted[c])
         if predicted[best] <= predicted[n]:  # e.g. at budget_min after growing was undone: nothing to try
             return None, f"no N predicted faster than {predicted[n]:.1f} tok/s at N={n}"
@@ -219,7 +218,7 @@ class TalonAdaptivePolicy(TalonPolicy):
 
     def _tokens_per_doubling(self) -> float:
         """Slope of mean accepted over log2 N across the budgets this request has run at."""
-        seen = self.state.accepted_at_budget
+        seen = {n: w.accepted / w.steps for n, w in self.state.at_budget.items()}  # mean accepted per step, by N
         if len(seen) < 2:
             return PRIOR_TOKENS_PER_DOUBLING
         xs = [math.log2(n) for n in seen]

@@ -504,12 +504,12 @@ class NativeHead:
         outs, logits = [], []
         for a in range(0, n, self.max_tokens):
             b = min(n, a + self.max_tokens)
-            rows = mask[a:b, :max(0, mask.shape[1] - (n - b))]  # [b − a, M'] over the last M' columns so far
             wanted = max(first_logit - a, 0)  # the call's first row whose logits are asked for; b − a: none
-            out, part = self._step(embeds[a:b], state[a:b], positions[a:b], kv, start + a, rows,
-                                   min(wanted, b - a - 1))  # a call scores at least its last row
+            first = min(wanted, b - a - 1)  # a call scores at least its last row
+            out, part = self._step(embeds[a:b], state[a:b], positions[a:b], kv, start + a,
+                                   kernel_rows(mask, n, a, b), first)
             outs.append(out)
-            logits.append(part[wanted - min(wanted, b - a - 1):])
+            logits.append(part[wanted - first:])  # without a row scored that nobody asked for
         return torch.cat(outs), torch.cat(logits)
 
     def _step(self, embeds: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
@@ -549,6 +549,20 @@ class NativeHead:
             self._buffers[n] = [new(n, 2 * hidden), new(n, hidden), new(n, width), new(n, dims.heads * dims.head_dim),
                                 new(n, hidden), new(n, 2 * inter), new(n, inter)]
         return self._buffers[n]
+
+
+def kernel_rows(masked: torch.Tensor | None, n: int, a: int, b: int) -> torch.Tensor | None:
+    """The kernel's mask for rows [a, b) of n new tokens run as one call of a forward split into calls
+    (FastLM's and the head's): [b - a, M'] over the last M' columns it has, None where they see every
+    column. `masked` [n, M] bool over the last M columns (None: causal). No row sees a later one (a tree
+    lists parents first, a chain is causal), so the columns of rows ≥ b are dropped."""
+    if masked is None:
+        rows = torch.ones(b - a, b - a, dtype=torch.bool).tril() if b - a > 1 else None  # causal
+    else:
+        rows = masked[a:b, :max(0, masked.shape[1] - (n - b))]  # [b - a, M'] over the last M' columns
+    if rows is not None and (rows.shape[1] == 0 or bool(rows.all())):
+        return None
+    return rows
 
 
 TOP_K_MAX = 64  # forward.c's TOP_K_MAX: the most values one top_k_lse call ranks per row
