@@ -92,9 +92,9 @@ static inline __m512 exp16(__m512 x) {
  * (k = 2p, 2p + 1) of every row side by side, zero rows past R; the activations are read as they lie
  * and each token's pair p is broadcast. So out[t, r] = bf16(((0 + w₀·x₀) + w₁·x₁) + …) over the pairs
  * in order: one chain per output, the same whatever the tokens beside t and however the work is cut,
- * and no sum across lanes at the end. A block is 64 rows × up to 6 tokens (24 accumulators, 4 weight
- * vectors: 28 of the 32 registers), so a weight is read from memory once per forward and from L2 once
- * per 6 tokens. */
+ * and no sum across lanes at the end. A block is up to 64 rows × up to 6 tokens (24 accumulators, 4
+ * weight vectors: 28 of the 32 registers), so a weight is read from memory once per forward and from
+ * L2 once per 6 tokens. */
 #define PAIR_ROWS 64
 #define PAIR_TOKENS 6
 
@@ -103,41 +103,63 @@ static inline void store_rows(bf16 *out, int r, int R, __m512 v) { /* out[r .. r
     else if (r < R) _mm256_mask_storeu_epi16(out + r, (__mmask16)((1u << (R - r)) - 1), pack16(v));
 }
 
+/* Rows [16 v0, 16 (v0 + VECS)) of one 64-row group (v0 + VECS ≤ 4) for tokens t0 … t0 + TOKENS − 1. */
 static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
-                                                              int r0, int t0, bf16 *out, const int TOKENS) {
+                                                              int r0, int v0, int t0, bf16 *out,
+                                                              const int VECS, const int TOKENS) {
     __m512 acc[4][PAIR_TOKENS];
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < VECS; i++)
         for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm512_setzero_ps();
-    const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS;
+    const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS + 16 * v0;
     const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
     for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
         __m512bh rows[4];
-        for (int i = 0; i < 4; i++) rows[i] = (__m512bh)_mm512_loadu_si512(w + 16 * i);
+        for (int i = 0; i < VECS; i++) rows[i] = (__m512bh)_mm512_loadu_si512(w + 16 * i);
         for (int j = 0; j < TOKENS; j++) {
             __m512bh token = (__m512bh)_mm512_set1_epi32((int)xs[(size_t)j * (K / 2) + p]);
-            for (int i = 0; i < 4; i++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], rows[i], token);
+            for (int i = 0; i < VECS; i++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], rows[i], token);
         }
     }
     for (int j = 0; j < TOKENS; j++)
-        for (int i = 0; i < 4; i++) store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * i, R, acc[i][j]);
+        for (int i = 0; i < VECS; i++) store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R, acc[i][j]);
 }
 
-/* out [N, R] = x [N, K] @ W [R, K]ᵀ from the paired weights, (64 rows, 6 tokens) blocks shared among the
- * team in row-major order, so each thread streams its own part of the weights. */
-static void matmul_pairs(const bf16 *x, int n, int K, const uint32_t *Wp, int R, bf16 *out) {
-    const int groups = (R + PAIR_ROWS - 1) / PAIR_ROWS, blocks = (n + PAIR_TOKENS - 1) / PAIR_TOKENS;
-#pragma omp for schedule(static)
-    for (int task = 0; task < groups * blocks; task++) {
-        int r0 = task / blocks * PAIR_ROWS, t0 = task % blocks * PAIR_TOKENS;
-        switch (n - t0 < PAIR_TOKENS ? n - t0 : PAIR_TOKENS) { /* constant bounds: accumulators in registers */
-        case 1: pairs_block(x, K, Wp, R, r0, t0, out, 1); break;
-        case 2: pairs_block(x, K, Wp, R, r0, t0, out, 2); break;
-        case 3: pairs_block(x, K, Wp, R, r0, t0, out, 3); break;
-        case 4: pairs_block(x, K, Wp, R, r0, t0, out, 4); break;
-        case 5: pairs_block(x, K, Wp, R, r0, t0, out, 5); break;
-        default: pairs_block(x, K, Wp, R, r0, t0, out, 6); break;
-        }
+/* pairs_block with its bounds as constants, so the accumulators stay in registers. */
+static void pairs_block_of(const bf16 *x, int K, const uint32_t *Wp, int R, int r0, int v0, int vecs, int t0,
+                           int tokens, bf16 *out) {
+#define PAIRS_TOKENS(V)                                                                 \
+    switch (tokens) {                                                                   \
+    case 1: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 1); break;                     \
+    case 2: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 2); break;                     \
+    case 3: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 3); break;                     \
+    case 4: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 4); break;                     \
+    case 5: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 5); break;                     \
+    default: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 6); break;                    \
     }
+    switch (vecs) {
+    case 1: PAIRS_TOKENS(1) break;
+    case 2: PAIRS_TOKENS(2) break;
+    case 3: PAIRS_TOKENS(3) break;
+    default: PAIRS_TOKENS(4) break;
+    }
+#undef PAIRS_TOKENS
+}
+
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ from the paired weights, called by every thread of the team. Each
+ * thread takes an equal run of the ⌈R/16⌉ 16-row vectors (so a 576-row product does not leave one of
+ * two threads idle for a ninth of it, as 64-row tasks would), streams it group by group, and runs every
+ * token block over a group while its weights are in L2. The cut changes no sum (see above). */
+static void matmul_pairs(const bf16 *x, int n, int K, const uint32_t *Wp, int R, bf16 *out) {
+    const int vectors = (R + 15) / 16, team = omp_get_num_threads(), me = omp_get_thread_num();
+    const int first = (int)((int64_t)vectors * me / team), last = (int)((int64_t)vectors * (me + 1) / team);
+    for (int v = first; v < last;) {
+        const int group = v / 4, v0 = v % 4, vecs = (last - v < 4 - v0 ? last - v : 4 - v0);
+        for (int t0 = 0; t0 < n; t0 += PAIR_TOKENS)
+            pairs_block_of(x, K, Wp, R, group * PAIR_ROWS, v0, vecs, t0, n - t0 < PAIR_TOKENS ? n - t0 : PAIR_TOKENS,
+                           out);
+        v += vecs;
+    }
+#pragma omp barrier
 }
 
 /* 16 rows of 16 32-bit lanes, transposed in registers: rows[i][j] becomes rows[j][i]. */
