@@ -207,12 +207,12 @@ def refused(code: int, what: str) -> RuntimeError:
     return RuntimeError(f"the native {what} refused the call: {REFUSALS.get(code, f'code {code}')}")
 
 
-PAIR_ROWS = 64  # forward.c's PAIR_ROWS
+PAIR_ROWS = 32  # forward.c's PAIR_ROWS
 
 
 def pair_rows(weight: torch.Tensor) -> torch.Tensor:
-    """W [R, K] bf16 as the dot-product path reads it: [⌈R/64⌉, K/2, 64] pairs (int32, two bf16 each),
-    row r's k = 2p, 2p + 1 at [r // 64, p, r % 64], rows past R zero."""
+    """W [R, K] bf16 as the dot-product path reads it: [⌈R/32⌉, K/2, 32] pairs (int32, two bf16 each),
+    row r's k = 2p, 2p + 1 at [r // 32, p, r % 32], rows past R zero."""
     rows, k = weight.shape
     padded = torch.zeros(-(-rows // PAIR_ROWS) * PAIR_ROWS, k, dtype=torch.bfloat16)
     padded[:rows] = weight

@@ -6,7 +6,7 @@
  * half the read bandwidth, and the ~60 small ops a layer needs around its products cost as much
  * again in dispatch (docs/fastpath.md). Here the products are AMX tile products that read each
  * weight once per 64 tokens (where the CPU has no AMX, AVX512-BF16 dot products over weights paired
- * once at load, 6 tokens per pass over a block of 64 rows), the glue runs in place, and the whole
+ * once at load, 12 tokens per pass over a block of 32 rows), the glue runs in place, and the whole
  * forward is one OpenMP parallel region with a barrier between stages. `head_step` runs an EAGLE-3
  * draft head's forward with the same layer code. Both take up to MAX_TOKENS new tokens a call and
  * check what they are asked at the boundary (an error code, never a write out of bounds).
@@ -88,32 +88,38 @@ static inline __m512 exp16(__m512 x) {
 
 /* Without AMX the products are AVX512-BF16 dot products (`vdpbf16ps`: a lane adds two bf16 products
  * to its float32) with 16 output rows in the lanes. The weights are repacked once, by
- * engine/models/native/__init__.py's `pair_rows`, as Wp [⌈R/64⌉][K/2][64] uint32: for each 64 rows, pair p
+ * engine/models/native/__init__.py's `pair_rows`, as Wp [⌈R/32⌉][K/2][32] uint32: for each 32 rows, pair p
  * (k = 2p, 2p + 1) of every row side by side, zero rows past R; the activations are read as they lie
  * and each token's pair p is broadcast. So out[t, r] = bf16(((0 + w₀·x₀) + w₁·x₁) + …) over the pairs
  * in order: one chain per output, the same whatever the tokens beside t and however the work is cut,
- * and no sum across lanes at the end. A block is up to 64 rows × up to 6 tokens (24 accumulators, 4
- * weight vectors: 28 of the 32 registers), so a weight is read from memory once per forward and from
- * L2 once per 6 tokens. */
-#define PAIR_ROWS 64
-#define PAIR_TOKENS 6
+ * and no sum across lanes at the end.
+ *
+ * A block is 32 rows × up to 12 tokens: 24 accumulators, 2 weight vectors and a broadcast, 27 of the
+ * 32 registers. Why this shape: a weight is read from memory once per block, and a block's arithmetic
+ * runs while the next weights stream in. A forward of up to 12 tokens (a chain's verify, a small tree,
+ * a few requests' trees together) is one pass over the weights, as long as one token's where the
+ * memory bounds it; more tokens take one more pass, from L2, per 12. (On a Zen 5 a zmm `vdpbf16ps`
+ * issues once a cycle and two broadcasts per four products keep up with it: 2 × 12 runs at that peak,
+ * while 4 × 6, the shape this replaced, took two passes for 7–12 tokens.) */
+#define PAIR_ROWS 32
+#define PAIR_TOKENS 12
 
 static inline void store_rows(bf16 *out, int r, int R, __m512 v) { /* out[r .. r + 16) ∩ [0, R) */
     if (r + 16 <= R) store16(out + r, v);
     else if (r < R) _mm256_mask_storeu_epi16(out + r, (__mmask16)((1u << (R - r)) - 1), pack16(v));
 }
 
-/* Rows [16 v0, 16 (v0 + VECS)) of one 64-row group (v0 + VECS ≤ 4) for tokens t0 … t0 + TOKENS − 1. */
+/* Rows [16 v0, 16 (v0 + VECS)) of one 32-row group (v0 + VECS ≤ 2) for tokens t0 … t0 + TOKENS − 1. */
 static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
                                                               int r0, int v0, int t0, bf16 *out,
                                                               const int VECS, const int TOKENS) {
-    __m512 acc[4][PAIR_TOKENS];
+    __m512 acc[2][PAIR_TOKENS];
     for (int i = 0; i < VECS; i++)
         for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm512_setzero_ps();
     const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS + 16 * v0;
     const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
     for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
-        __m512bh rows[4];
+        __m512bh rows[2];
         for (int i = 0; i < VECS; i++) rows[i] = (__m512bh)_mm512_loadu_si512(w + 16 * i);
         for (int j = 0; j < TOKENS; j++) {
             __m512bh token = (__m512bh)_mm512_set1_epi32((int)xs[(size_t)j * (K / 2) + p]);
@@ -127,33 +133,37 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
 /* pairs_block with its bounds as constants, so the accumulators stay in registers. */
 static void pairs_block_of(const bf16 *x, int K, const uint32_t *Wp, int R, int r0, int v0, int vecs, int t0,
                            int tokens, bf16 *out) {
-#define PAIRS_TOKENS(V)                                                                 \
-    switch (tokens) {                                                                   \
-    case 1: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 1); break;                     \
-    case 2: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 2); break;                     \
-    case 3: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 3); break;                     \
-    case 4: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 4); break;                     \
-    case 5: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 5); break;                     \
-    default: pairs_block(x, K, Wp, R, r0, v0, t0, out, V, 6); break;                    \
+#define PAIRS_BLOCK(V, T) pairs_block(x, K, Wp, R, r0, v0, t0, out, V, T)
+#define PAIRS_TOKENS(V)                                                                         \
+    switch (tokens) {                                                                           \
+    case 1: PAIRS_BLOCK(V, 1); break;                                                           \
+    case 2: PAIRS_BLOCK(V, 2); break;                                                           \
+    case 3: PAIRS_BLOCK(V, 3); break;                                                           \
+    case 4: PAIRS_BLOCK(V, 4); break;                                                           \
+    case 5: PAIRS_BLOCK(V, 5); break;                                                           \
+    case 6: PAIRS_BLOCK(V, 6); break;                                                           \
+    case 7: PAIRS_BLOCK(V, 7); break;                                                           \
+    case 8: PAIRS_BLOCK(V, 8); break;                                                           \
+    case 9: PAIRS_BLOCK(V, 9); break;                                                           \
+    case 10: PAIRS_BLOCK(V, 10); break;                                                         \
+    case 11: PAIRS_BLOCK(V, 11); break;                                                         \
+    default: PAIRS_BLOCK(V, 12); break;                                                         \
     }
-    switch (vecs) {
-    case 1: PAIRS_TOKENS(1) break;
-    case 2: PAIRS_TOKENS(2) break;
-    case 3: PAIRS_TOKENS(3) break;
-    default: PAIRS_TOKENS(4) break;
-    }
+    if (vecs == 1) PAIRS_TOKENS(1)
+    else PAIRS_TOKENS(2)
 #undef PAIRS_TOKENS
+#undef PAIRS_BLOCK
 }
 
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ from the paired weights, called by every thread of the team. Each
- * thread takes an equal run of the ⌈R/16⌉ 16-row vectors (so a 576-row product does not leave one of
- * two threads idle for a ninth of it, as 64-row tasks would), streams it group by group, and runs every
- * token block over a group while its weights are in L2. The cut changes no sum (see above). */
+ * thread takes an equal run of the ⌈R/16⌉ 16-row vectors (so a 576-row product leaves neither of two
+ * threads idle while the other finishes a block), streams it group by group, and runs every token
+ * block over a group while its weights are in L1. The cut changes no sum (see above). */
 static void matmul_pairs(const bf16 *x, int n, int K, const uint32_t *Wp, int R, bf16 *out) {
     const int vectors = (R + 15) / 16, team = omp_get_num_threads(), me = omp_get_thread_num();
     const int first = (int)((int64_t)vectors * me / team), last = (int)((int64_t)vectors * (me + 1) / team);
     for (int v = first; v < last;) {
-        const int group = v / 4, v0 = v % 4, vecs = (last - v < 4 - v0 ? last - v : 4 - v0);
+        const int group = v / 2, v0 = v % 2, vecs = (last - v < 2 - v0 ? last - v : 2 - v0);
         for (int t0 = 0; t0 < n; t0 += PAIR_TOKENS)
             pairs_block_of(x, K, Wp, R, group * PAIR_ROWS, v0, vecs, t0, n - t0 < PAIR_TOKENS ? n - t0 : PAIR_TOKENS,
                            out);
