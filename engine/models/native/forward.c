@@ -565,36 +565,26 @@ typedef struct {
 
 void native_sequence_struct_size(int64_t *size) { *size = sizeof(Sequence); }
 
-/* Where each row and each attention task of a batch belongs, laid out once per call. A task is one KV
- * head's block of up to 16 (token, query head) pairs of one sequence. */
+/* Where each row of a batch belongs, and how much attention each sequence asks, laid out once per call.
+ * Sequence s has n_s · group query slots per KV head (slot i: token i / group, query head i % group of
+ * the KV head's group), and a slot costs S_s = start_s + n_s columns. */
 typedef struct {
-    int count, rows, tasks, columns;   /* columns: the most cached columns a sequence attends over */
+    int count, rows, columns;          /* columns: the most cached columns a sequence attends over */
+    int64_t work;                      /* Σ over sequences and KV heads of slots × columns */
     int row_sequence[MAX_TOKENS];
     int first_row[MAX_TOKENS];
-    int first_task[MAX_TOKENS + 1];
 } Layout;
 
 static void lay_out(const Sequence *seqs, int count, int g, int group, Layout *layout) {
-    layout->count = count, layout->rows = 0, layout->tasks = 0, layout->columns = 0;
+    layout->count = count, layout->rows = 0, layout->columns = 0, layout->work = 0;
     for (int s = 0; s < count; s++) {
+        const int S = seqs[s].start + seqs[s].n;
         layout->first_row[s] = layout->rows;
-        layout->first_task[s] = layout->tasks;
         for (int t = 0; t < seqs[s].n; t++) layout->row_sequence[layout->rows + t] = s;
         layout->rows += seqs[s].n;
-        layout->tasks += g * ((seqs[s].n * group + 15) / 16);
-        if (seqs[s].start + seqs[s].n > layout->columns) layout->columns = seqs[s].start + seqs[s].n;
+        layout->work += (int64_t)g * seqs[s].n * group * S;
+        if (S > layout->columns) layout->columns = S;
     }
-    layout->first_task[count] = layout->tasks;
-}
-
-static int sequence_of_task(const Layout *layout, int task) { /* the last s with first_task[s] <= task */
-    int low = 0, high = layout->count - 1;
-    while (low < high) {
-        int middle = (low + high + 1) / 2;
-        if (layout->first_task[middle] <= task) low = middle;
-        else high = middle - 1;
-    }
-    return low;
 }
 
 static void save_feature(const Forward *f, int layer, const bf16 *x) {
@@ -686,6 +676,41 @@ static inline bf16 *layer_keys(const Sequence *q, int layer, int g, int d) {
     return q->kv + (size_t)layer * 2 * g * q->capacity * d;
 }
 
+/* This thread's share of a layer's attention. The work is every sequence's query slots, KV head by KV
+ * head, weighed by the columns each reads; each thread takes an equal run of it and attends it in
+ * blocks of up to 16 slots of one KV head, which share every key and value read. (A decode step has one
+ * block per KV head, three for SmolLM2: whole blocks per thread left one of two threads idle for a
+ * third of the attention.) A query's sums never depend on the queries beside it in a block (see
+ * score_block, weigh), so any cut gives the same bits. */
+static void attend_share(const Dims *D, const LayerCall *c, const Layout *layout, int group, int width, int amx) {
+    const int d = D->head_dim, h = D->heads, g = D->kv_heads, team = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t lo = layout->work * me / team, hi = layout->work * (me + 1) / team;
+    int64_t before = 0; /* the work of the segments (sequence, KV head) before this one */
+    for (int s = 0; s < layout->count; s++) {
+        const Sequence *q = &c->seqs[s];
+        const int S = q->start + q->n, slots = q->n * group, row0 = layout->first_row[s];
+        bf16 *keys = layer_keys(q, c->layer, g, d);
+        for (int j = 0; j < g; j++, before += (int64_t)slots * S) {
+            /* the slots whose work starts in [lo, hi) */
+            int first = lo <= before ? 0 : (int)((lo - before + S - 1) / S);
+            int end = hi <= before ? 0 : (int)((hi - before + S - 1) / S);
+            if (end > slots) end = slots;
+            for (; first < end; first += 16) {
+                Queries Q = {.count = end - first < 16 ? end - first : 16};
+                for (int i = 0; i < Q.count; i++) {
+                    int t = (first + i) / group, head = j * group + (first + i) % group;
+                    Q.q[i] = c->qkv + (size_t)(row0 + t) * width + head * d;
+                    Q.token[i] = t;
+                    Q.out[i] = c->heads_out + ((size_t)(row0 + t) * h + head) * d;
+                }
+                attend(&Q, keys + (size_t)j * q->capacity * d, keys + ((size_t)g + j) * q->capacity * d, S, d,
+                       q->masked_columns, q->mask, amx, c->scores);
+            }
+        }
+    }
+#pragma omp barrier
+}
+
 /* One Llama decoder layer from its normed attention input on, called by every thread of the team: q/k/v
  * and RoPE over every sequence's rows, each row's keys and values into its sequence's cache at slot
  * start + t, attention per sequence over its own cache, the output product and the residual, the MLP
@@ -713,23 +738,7 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
         }
     }
     mark(clock, 0);
-#pragma omp for schedule(static)
-    for (int task = 0; task < layout->tasks; task++) {
-        const int s = sequence_of_task(layout, task), mine = task - layout->first_task[s];
-        const Sequence *q = &c->seqs[s];
-        const int blocks = (q->n * group + 15) / 16, j = mine / blocks, first = mine % blocks * 16;
-        const int row0 = layout->first_row[s];
-        Queries Q = {.count = q->n * group - first < 16 ? q->n * group - first : 16};
-        for (int i = 0; i < Q.count; i++) {
-            int t = (first + i) / group, head = j * group + (first + i) % group;
-            Q.q[i] = c->qkv + (size_t)(row0 + t) * width + head * d;
-            Q.token[i] = t;
-            Q.out[i] = c->heads_out + ((size_t)(row0 + t) * h + head) * d;
-        }
-        bf16 *keys = layer_keys(q, c->layer, g, d);
-        attend(&Q, keys + (size_t)j * q->capacity * d, keys + ((size_t)g + j) * q->capacity * d, q->start + q->n, d,
-               q->masked_columns, q->mask, amx, c->scores);
-    }
+    attend_share(D, c, layout, group, width, amx);
     mark(clock, 2);
     matmul(c->heads_out, n, h * d, w->o, w->o_pairs, H, c->projected, c->packed);
     mark(clock, 1);
