@@ -104,6 +104,14 @@ static inline __m512 exp16(__m512 x) {
 #define PAIR_ROWS 32
 #define PAIR_TOKENS 12
 
+/* With several tokens a block spends its time on arithmetic, the hardware's prefetch stops asking for the
+ * next weights meanwhile, and the memory idles: so from PREFETCH_TOKENS tokens on a block asks for the
+ * pairs PREFETCH_PAIRS on (4 KB ahead, into L2). Measured on the Zen 5, weights streamed from memory:
+ * 8 tokens 22.8 → 29.8 GB/s, 12 tokens 18.6 → 27.3, 16 tokens 16.3 → 19.9; 1–4 tokens unchanged within
+ * noise, 2 tokens a little slower (so not below 4). */
+#define PREFETCH_TOKENS 4
+#define PREFETCH_PAIRS 32
+
 static inline void store_rows(bf16 *out, int r, int R, __m512 v) { /* out[r .. r + 16) ∩ [0, R) */
     if (r + 16 <= R) store16(out + r, v);
     else if (r < R) _mm256_mask_storeu_epi16(out + r, (__mmask16)((1u << (R - r)) - 1), pack16(v));
@@ -120,6 +128,8 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
     const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
     for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
         __m512bh rows[2];
+        if (TOKENS >= PREFETCH_TOKENS)
+            for (int i = 0; i < VECS; i++) _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS + 16 * i), _MM_HINT_T1);
         for (int i = 0; i < VECS; i++) rows[i] = (__m512bh)_mm512_loadu_si512(w + 16 * i);
         for (int j = 0; j < TOKENS; j++) {
             __m512bh token = (__m512bh)_mm512_set1_epi32((int)xs[(size_t)j * (K / 2) + p]);
