@@ -217,6 +217,35 @@ def test_the_heads_kernel_linears_follow_the_path_and_a_weight_changed_in_place(
         assert torch.allclose(swapped(x).float(), 2 * exact, rtol=0.02, atol=0.05 * exact.abs().max().item())
 
 
+@needs_kernel
+@pytest.mark.parametrize("rows, inputs", [(16, 32), (48, 96), (80, 64), (592, 128)])
+def test_a_products_bits_depend_on_neither_the_tokens_beside_it_nor_how_the_threads_cut_it(kernel_path, rows, inputs):
+    """The products' blocks (up to 12 tokens, one or two 16-row vectors, a thread's run of vectors starting
+    anywhere) must leave every output one chain in its own order: a token's row is the same alone, among
+    12 or 25 others, and on 1, 2 or 3 threads. Odd vector counts put a run's edge inside a 32-row group."""
+    library = native.kernel()
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(rows, inputs, generator=generator).to(torch.bfloat16)
+    amx = library.native_amx_active() and rows % 16 == 0
+    pairs = None if amx else native.pair_rows(weight)
+
+    def product(x: torch.Tensor, threads: int) -> torch.Tensor:
+        out = torch.empty(x.shape[0], rows, dtype=torch.bfloat16)
+        code = library.linear(x.data_ptr(), x.shape[0], inputs, weight.data_ptr(),
+                              None if pairs is None else pairs.data_ptr(), rows, out.data_ptr(), threads)
+        assert code == 0
+        return out
+
+    x = torch.randn(25, inputs, generator=generator).to(torch.bfloat16)
+    alone = torch.cat([product(x[t:t + 1].contiguous(), 1) for t in range(25)])  # [25, R]
+    exact = x.float() @ weight.float().t()
+    assert (alone.float() - exact).abs().max() < 0.05 * exact.abs().max()
+    for n in (1, 4, 12, 13, 25):
+        for threads in (1, 2, 3):
+            assert torch.equal(product(x[:n].contiguous(), threads).view(torch.int16), alone[:n].view(torch.int16)), \
+                (n, threads)
+
+
 def test_on_torchs_ops_bfloat16_outputs_differ_from_ar_only_at_near_ties(monkeypatch):
     """What a machine without the kernel gets (docs/fastpath.md): trees on torch's ops round differently
     from one token at a time, so in bfloat16 a policy may leave ar's output, but only where the target's
