@@ -42,14 +42,6 @@ def build(source: str, directory: Path, name: str) -> tuple[ctypes.CDLL, int]:
     return library, int(re.search(r"#define PAIR_ROWS (\d+)", source).group(1))
 
 
-def paired(weight: torch.Tensor, rows_per: int) -> torch.Tensor:
-    """native.pair_rows for a kernel whose groups are `rows_per` rows."""
-    rows, k = weight.shape
-    padded = torch.zeros(-(-rows // rows_per) * rows_per, k, dtype=torch.bfloat16)
-    padded[:rows] = weight
-    return padded.view(torch.int32).view(-1, rows_per, k // 2).transpose(1, 2).contiguous()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", required=True, help="the git revision whose kernel to compare with")
@@ -65,7 +57,7 @@ def main() -> None:
                    args.against: build(old, Path(scratch), "old")}
         weights = {(rows, k): [torch.randn(rows, k).to(torch.bfloat16) for _ in range(copies)]
                    for rows, k, copies in SHAPES}
-        pairs = {(shape, name): [paired(w, rows_per) for w in ws]
+        pairs = {(shape, name): [native.pair_rows(w, rows_per) for w in ws]
                  for shape, ws in weights.items() for name, (_, rows_per) in kernels.items()}
 
         def run(name: str, shape: tuple[int, int], x: torch.Tensor, out: torch.Tensor, copy: int | None = None):

@@ -210,14 +210,15 @@ def refused(code: int, what: str) -> RuntimeError:
 PAIR_ROWS = 32  # forward.c's PAIR_ROWS
 
 
-def pair_rows(weight: torch.Tensor) -> torch.Tensor:
+def pair_rows(weight: torch.Tensor, group: int = PAIR_ROWS) -> torch.Tensor:
     """W [R, K] bf16 as the dot-product path reads it: [⌈R/32⌉, K/2, 32] pairs (int32, two bf16 each),
-    row r's k = 2p, 2p + 1 at [r // 32, p, r % 32], rows past R zero."""
+    row r's k = 2p, 2p + 1 at [r // 32, p, r % 32], rows past R zero. (`group`: another kernel's PAIR_ROWS,
+    for scripts/products_bench.py.)"""
     rows, k = weight.shape
-    padded = torch.zeros(-(-rows // PAIR_ROWS) * PAIR_ROWS, k, dtype=torch.bfloat16)
+    padded = torch.zeros(-(-rows // group) * group, k, dtype=torch.bfloat16)
     padded[:rows] = weight
     pairs = padded.view(torch.int32)  # [R', K/2]: a pair of bf16 per int32, in memory order
-    return pairs.view(-1, PAIR_ROWS, k // 2).transpose(1, 2).contiguous()
+    return pairs.view(-1, group, k // 2).transpose(1, 2).contiguous()
 
 
 def unsupported_shape(config) -> str | None:
