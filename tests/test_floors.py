@@ -5,7 +5,7 @@ import torch
 
 from engine.models.fastlm import FastLM
 from tiny_models import tiny_llama
-from tools.floors import measure_gemm_gflops, measure_read_gb_s, model_floors
+from tools.floors import RateSampler, measure_gemm_gflops, measure_read_gb_s, model_floors
 
 
 def param_bytes(model) -> int:
@@ -40,3 +40,18 @@ def test_floors_grow_with_the_context_and_the_new_tokens():
 def test_the_rates_are_measured_on_this_device():
     assert measure_read_gb_s(torch.device("cpu"), mib=16, repeats=2) > 0.1
     assert measure_gemm_gflops(torch.float32, torch.device("cpu"), repeats=2) > 0.1
+
+
+def test_sampled_rates_are_summarised_as_the_forwards_are_and_keep_their_best():
+    """The floors of a profile are those of the moments its forwards ran in: the median of the rates sampled
+    between the passes (the best with --statistic min), the best sample kept beside it."""
+    sampler = RateSampler(torch.float32, torch.device("cpu"), mib=4)
+    sampler.sample()
+    assert len(sampler.reads) == len(sampler.gemms) == 1 and sampler.reads[0] > 0.1
+    sampler.reads, sampler.gemms = [10.0, 40.0, 20.0], [100.0, 300.0, 200.0]
+    model = tiny_llama(0)
+    median = sampler.floors(model)
+    assert (median.read_gb_s, median.gemm_gflops, median.samples) == (20.0, 200.0, 3)
+    assert (median.read_gb_s_best, median.gemm_gflops_best) == (40.0, 300.0)
+    best = sampler.floors(model, "min")
+    assert (best.read_gb_s, best.gemm_gflops) == (40.0, 300.0)

@@ -159,7 +159,9 @@ def test_profiling_a_lean_lm_times_its_own_forward_and_records_the_floors():
     assert table.meta["forward"] == "lean"
     floors = table.meta["floors"]["target"]
     assert floors["read_gb_s"] > 0 and floors["gemm_gflops"] > 0
+    assert floors["samples"] == grid.repeats * len(grid.contexts)  # one after each timed pass of batch 1
     lines = floor_lines(table)
+    assert "samples taken between the timed passes" in lines[0]
     assert "memory floor" in lines[1] and "×compute" in lines[1]
     assert len(lines) == 2 + len(grid.ns)  # one row per n at batch 1
     assert all("×" in line for line in lines[2:])

@@ -17,10 +17,17 @@ tensor far larger than the caches, the GEMM rate by a 256×2048×2048 product
 in the model's dtype. A measured forward over its floors says how much of the
 hardware it leaves unused: a one-token forward is memory-bound, a wide tree
 compute-bound.
+
+`specscope profile` samples both rates between its timed passes (`RateSampler`)
+and summarises them as it summarises the forwards (median, or best with
+`--statistic min`): on a shared VM the bandwidth moves by 2× within minutes,
+and a floor read in one quiet burst is not the floor of forwards timed in
+another moment. The best sample is kept beside it.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -39,6 +46,9 @@ class Floors:
     attention_flops_per_pair: int  # FLOPs of QKᵀ and PV per (new token, cached column)
     read_gb_s: float
     gemm_gflops: float
+    read_gb_s_best: float | None = None  # the best sample where the rates were sampled (RateSampler)
+    gemm_gflops_best: float | None = None
+    samples: int = 0  # rate samples taken between the timed forwards; 0: measured once, best of 5
 
     def memory_ms(self, n: int, context: int) -> float:
         return (self.weight_bytes + self.kv_bytes_per_position * (context + n)) / (self.read_gb_s * 1e6)
@@ -80,8 +90,9 @@ def model_floors(model: torch.nn.Module, read_gb_s: float, gemm_gflops: float) -
                   read_gb_s=read_gb_s, gemm_gflops=gemm_gflops)
 
 
-def _best_seconds(fn, device: torch.device, repeats: int) -> float:
-    fn()  # first touch: page faults and lazy initialisation are no part of the rate
+def _best_seconds(fn, device: torch.device, repeats: int, touch: bool = True) -> float:
+    if touch:
+        fn()  # first touch: page faults and lazy initialisation are no part of the rate
     best = float("inf")
     for _ in range(repeats):
         _synchronize(device)
@@ -111,6 +122,41 @@ def measure_gemm_gflops(dtype: torch.dtype, device: torch.device, repeats: int =
 def measure_floors(model: torch.nn.Module) -> Floors:
     param = next(model.parameters())
     return model_floors(model, measure_read_gb_s(param.device), measure_gemm_gflops(param.dtype, param.device))
+
+
+class RateSampler:
+    """The read and GEMM rates sampled one at a time, between a profile's timed passes, so the floors are
+    those of the moments the forwards ran in. Holds its 512 MiB read buffer and GEMM operands until dropped."""
+
+    def __init__(self, dtype: torch.dtype, device: torch.device, mib: int = READ_MIB):
+        self.device = device
+        self.data = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
+        m, k, n = GEMM_SHAPE
+        self.a = torch.randn(m, k, device=device).to(dtype)
+        self.b = torch.randn(k, n, device=device).to(dtype)
+        self.reads: list[float] = []  # GB/s
+        self.gemms: list[float] = []  # GFLOP/s
+        self.data.sum(), self.a @ self.b  # first touch: page faults and lazy initialisation, untimed
+        _synchronize(device)
+
+    def sample(self) -> None:
+        """One read of the buffer and one product, each timed."""
+        m, k, n = GEMM_SHAPE
+        read = _best_seconds(lambda: self.data.sum(), self.device, 1, touch=False)
+        gemm = _best_seconds(lambda: self.a @ self.b, self.device, 1, touch=False)
+        self.reads.append(self.data.numel() * 4 / read / 1e9)
+        self.gemms.append(2 * m * k * n / gemm / 1e9)
+
+    def floors(self, model: torch.nn.Module, statistic: str = "median") -> Floors:
+        """The model's floors at the sampled rates, summarised as the forwards were (median, or "min" time:
+        the best rate); measured once, best of 5, where nothing was sampled."""
+        if not self.reads:
+            return measure_floors(model)
+        pick = max if statistic == "min" else statistics.median
+        floors = model_floors(model, pick(self.reads), pick(self.gemms))
+        floors.read_gb_s_best, floors.gemm_gflops_best = max(self.reads), max(self.gemms)
+        floors.samples = len(self.reads)
+        return floors
 
 
 def _synchronize(device: torch.device) -> None:

@@ -16,7 +16,8 @@ Each cell gets warm-up runs, then the median of repeated timed runs
 dtype (default `~/.cache/specscope/costs/<key>.json`), where `load_engine`
 finds it for cast and talon-adaptive (engine/costs.py `resolve_costs`). It
 also records the memory and compute floors measured on the device
-(tools/floors.py), printed beside it with each time's ratio to them.
+(tools/floors.py), their rates sampled between the timed passes of batch 1,
+printed beside it with each time's ratio to them.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from engine.models.base import BatchItem
 from engine.models.device import clock, device_name
 from engine.options import EngineOptions
 from engine.tree import DraftTree, attention_bias, tree_attention_allowed
-from tools.floors import Floors, measure_floors, model_floors
+from tools.floors import Floors, RateSampler, model_floors
 
 N_MAX_CPU, N_MAX_GPU = 64, 128  # every n up to this is measured by default
 DEFAULT_CONTEXTS = (128, 512, 1024)
@@ -182,8 +183,10 @@ def batch_timer(lm: Any, context: int, batch: int) -> Callable[[int], float]:
 
 
 def measure_row(time_n: Callable[[int], float], ns: tuple[int, ...], repeats: int, warmup: int,
-                tick: Callable[[str], None], label: str, statistic: str = "median") -> list[float]:
-    """Median (or minimum) ms for every n, `time_n(n)` timing one forward.
+                tick: Callable[[str], None], label: str, statistic: str = "median",
+                between: Callable[[], None] | None = None) -> list[float]:
+    """Median (or minimum) ms for every n, `time_n(n)` timing one forward; `between()` after each timed
+    pass (the floors' rates are sampled there, in the moments the forwards ran).
 
     Repeats are the outer loop: on a shared machine a burst of load then lands on one run of
     many n, which the median discards, rather than on every run of one n.
@@ -196,16 +199,20 @@ def measure_row(time_n: Callable[[int], float], ns: tuple[int, ...], repeats: in
                 times[n].append(elapsed)
             if run == warmup + repeats - 1:
                 tick(f"{label} n={n}")
+        if between is not None and run >= warmup:
+            between()
     summarise = min if statistic == "min" else statistics.median
     return [summarise(times[n]) for n in ns]
 
 
-def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: None) -> list[list[list[float]]]:
+def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: None,
+                  rates: RateSampler | None = None) -> list[list[list[float]]]:
     """ms[b][c][k] over grid.batches × grid.contexts × grid.ns.
 
     Batch 1 runs through the cached LM itself (`lm_timer`), as a run alone verifies; B > 1 through its
     batched forward over B sessions (`batch_timer`), as engine/batch.py verifies B requests: the rows
     cast and talon-adaptive read in a batch. A bare model is timed through Hugging Face's forward throughout.
+    `rates` samples the floors' rates after each timed pass of batch 1, the rows the floors are printed for.
     """
     bare = isinstance(lm, torch.nn.Module)
     model = lm if bare else lm.model
@@ -222,8 +229,9 @@ def measure_model(lm: Any, grid: Grid, tick: Callable[[str], None] = lambda _: N
                 cache = _filled_cache(model, context, batch, device)
                 time_n = lambda n, cache=cache, context=context, batch=batch: time_forward(model, cache, n, context,
                                                                                          batch)
+            between = rates.sample if rates is not None and batch == 1 else None
             rows.append(measure_row(time_n, grid.ns, grid.repeats, grid.warmup, tick, f"B={batch} ctx={context}",
-                                    grid.statistic))
+                                    grid.statistic, between))
         table.append(rows)
     if not bare:
         lm.reset()  # left empty: the engine's next run starts from its own prompt
@@ -253,25 +261,26 @@ def profile(target: Any, draft: Any | None = None, grid: Grid = Grid(), progress
             bar.update()
         return tick
 
+    target_model = _model_and_name(target)[0]
+    param = next(target_model.parameters())
+    rates = RateSampler(param.dtype, param.device) if floors else None
     measured = []
     for lm in lms:
         name = _model_and_name(lm)[1]
-        measured.append(ModelCosts(name=name, ms=measure_model(lm, grid, ticker(name))))
+        measured.append(ModelCosts(name=name, ms=measure_model(lm, grid, ticker(name), rates if lm is target else None)))
     if head is not None:
         name = head.model_name or "head"
         measured.append(ModelCosts(name=name, ms=measure_head(head, grid, ticker(name))))
     bar.close()
-    target_model = _model_and_name(target)[0]
-    param = next(target_model.parameters())
     meta = {"repeats": grid.repeats, "warmup": grid.warmup, "statistic": grid.statistic,
             "threads": torch.get_num_threads(), "load_average": _load_average(), "forward": _forward_kind(target),
             "torch": torch.__version__, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    if floors:
-        rates = measure_floors(target_model)
-        meta["floors"] = {"target": rates.to_json()}
+    if rates is not None:
+        target_floors = rates.floors(target_model, grid.statistic)
+        meta["floors"] = {"target": target_floors.to_json()}
         if draft is not None:
-            meta["floors"]["draft"] = model_floors(_model_and_name(draft)[0], rates.read_gb_s,
-                                                   rates.gemm_gflops).to_json()
+            meta["floors"]["draft"] = model_floors(_model_and_name(draft)[0], target_floors.read_gb_s,
+                                                   target_floors.gemm_gflops).to_json()
     return CostTable(
         device=device_label or device_name(param.device), dtype=str(param.dtype).replace("torch.", ""),
         batches=list(grid.batches), contexts=list(grid.contexts), ns=list(grid.ns),
@@ -389,6 +398,15 @@ def _pick_default(engine: Any, table: CostTable, path: Path) -> None:
     print(f"default policy: {engine.default_policy_note}; recorded in {path}")
 
 
+def _sampled(floors: Floors, statistic: str) -> str:
+    """How the rates were taken: sampled between the timed passes (with the best sample), or once."""
+    if not floors.samples:
+        return " (best of 5, measured once)"
+    summary = "best" if statistic == "min" else "median"
+    return (f" ({summary} of {floors.samples} samples taken between the timed passes; best {floors.read_gb_s_best:.1f}"
+            f" GB/s, {floors.gemm_gflops_best:.0f} GFLOP/s)")
+
+
 def floor_lines(table: CostTable, model: str = "target") -> list[str]:
     """The measured batch-1 times beside the memory and compute floors the table's meta holds
     (nothing for a table measured before floors were recorded)."""
@@ -399,7 +417,8 @@ def floor_lines(table: CostTable, model: str = "target") -> list[str]:
     costs = table.target if model == "target" else table.draft
     lines = [f"{model} floors on this device ({table.meta.get('forward', 'plain')} forward): weights "
              f"{floors.weight_bytes / 1e6:.1f} MB read at {floors.read_gb_s:.1f} GB/s = "
-             f"{floors.memory_ms(0, 0):.2f} ms; {table.dtype} GEMM {floors.gemm_gflops:.0f} GFLOP/s",
+             f"{floors.memory_ms(0, 0):.2f} ms; {table.dtype} GEMM {floors.gemm_gflops:.0f} GFLOP/s"
+             + _sampled(floors, table.meta.get("statistic", "median")),
              f"{'ctx':>6} {'n':>4} {'measured':>10} {'memory floor':>13} {'compute floor':>14} "
              f"{'×memory':>8} {'×compute':>9}"]
     for c, context in enumerate(table.contexts):
