@@ -45,7 +45,7 @@ of p. The web app's sampling panel draws exactly these numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 
@@ -118,18 +118,26 @@ def children_lists(tree: DraftTree) -> list[list[int]]:
     return children
 
 
-def accept_greedy(tree: DraftTree, target_logits: torch.Tensor, odds: bool = True) -> Acceptance:
+def row_argmax(logits: torch.Tensor, row: int) -> int:
+    """The index of row `row`'s largest logit, the first where several tie."""
+    return int(logits[row].argmax())
+
+
+def accept_greedy(tree: DraftTree, target_logits: torch.Tensor, odds: bool = True,
+                  argmax: Callable[[torch.Tensor, int], int] = row_argmax) -> Acceptance:
     """target_logits: [T, V]. The longest path of argmax tokens, then the argmax after it.
 
     Only the rows the walk visits are read (an argmax each, then their log-sum-exp for the p's
     reported): the other nodes' logits are never needed. The p's only inform a report of the walk,
     not the walk itself: with `odds` off (a run that reports none, the benchmark's) their log-sum-exp
-    over the vocabulary is skipped, and every p, token_p included, is left at 0 and p_of_node empty."""
+    over the vocabulary is skipped, and every p, token_p included, is left at 0 and p_of_node empty.
+    `argmax(logits, row)` must answer as `row_argmax` does (the native kernel's does, in a fiftieth of
+    the time)."""
     children = children_lists(tree)
     path, visits = [0], []
     node = 0
     while True:
-        best = int(target_logits[node].argmax())
+        best = argmax(target_logits, node)
         visit = Visit(node)
         visits.append(visit)
         match = None

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Literal
 
 import torch
 
-from engine.acceptance import Acceptance, accept_greedy, accept_sampled
+from engine.acceptance import Acceptance, accept_greedy, accept_sampled, row_argmax
 from engine.costs import FASTEST, CostTable, costs_note, fastest_policy_note, table_path_for
 from engine.drafters.base import Drafter
 from engine.drafters.memory import MemoryBank
@@ -30,9 +30,11 @@ from engine.drafting import Draft, grow_tree
 from engine.errors import RequestError
 from engine.events import CostsSummary, RunFinished
 from engine.interface import Emit, EngineInfo
+from engine.models import native
 from engine.models.base import BatchItem, ForwardOutput, LanguageModel
 from engine.models.codec import Codec
 from engine.models.device import clock, one_torch_thread
+from engine.models.fastlm import forward_choice
 from engine.policies import DEFAULT_POLICY, POLICIES, policy_class, policy_params
 from engine.policies.base import Policy, PolicyContext, PolicyParams, StepOutcome
 from engine.reporting import RunReporter, VerifiedStep
@@ -117,6 +119,24 @@ class SpecEngine:
         if any(POLICIES[name].needs_costs for name in policies if name in POLICIES):
             return costs_note(self.costs, self.forward_name, batch)
         return None
+
+    def argmax_for(self, logits: torch.Tensor) -> Callable[[torch.Tensor, int], int]:
+        """How greedy acceptance finds a row's argmax in these logits: in the native kernel where it runs and
+        they are float32 rows it reads (the same index, a fiftieth of torch's time), else torch's."""
+        if (self._native_argmax and logits.dtype == torch.float32 and logits.device.type == "cpu"
+                and logits.is_contiguous()):
+            return native.argmax_row
+        return row_argmax
+
+    @cached_property
+    def _native_argmax(self) -> bool:
+        if forward_choice() != "native":
+            return False  # SPECSCOPE_FORWARD=lean or plain: torch's ops throughout
+        try:
+            native.kernel()
+        except native.NativeUnavailable:
+            return False
+        return True
 
     @property
     def forward_name(self) -> str:
@@ -398,7 +418,7 @@ class _Run:
                 ) -> tuple[Acceptance, Callable[[int], torch.Tensor]]:
         """The acceptance walk, and the target's distribution at a node as the walk read it (for the report)."""
         if self.request.sampling.greedy:
-            return (accept_greedy(tree, logits, odds=self.reporter.detail),
+            return (accept_greedy(tree, logits, odds=self.reporter.detail, argmax=self.engine.argmax_for(logits)),
                     lambda node: torch.softmax(logits[node].double(), dim=-1))
         probs = probs_from_logits(logits, self.request.sampling)  # [T, V]
         return accept_sampled(tree, probs, dists, self.generator), lambda node: probs[node]

@@ -436,6 +436,39 @@ def test_the_kernels_top_k_and_log_sum_exp_are_torchs_on_bfloat16_rows(vocab, k)
 
 
 @needs_kernel
+@pytest.mark.parametrize("vocab", [49152, 49153, 31, 16, 5])
+def test_the_kernels_argmax_is_torchs_ties_nans_and_infinities_included(vocab):
+    """Greedy acceptance's argmax in one C call (native.argmax_row): torch's index on every row, the first
+    where several tie, the first NaN where there is one, 0 where every logit is -inf; on lengths that are
+    and are not a multiple of the 16 lanes it reads at a time."""
+    generator = torch.Generator().manual_seed(vocab)
+    rows = torch.randn(9, vocab, generator=generator).round()  # integers: many ties for the best
+    rows[1] = float("-inf")
+    rows[2] = 0.0
+    rows[3, vocab // 2] = float("nan")
+    rows[3, vocab - 1] = float("nan")
+    rows[4, [vocab // 3, vocab - 1]] = float("inf")
+    rows[5, vocab - 1] = rows[5].max() + 1  # the best in the tail the lanes do not cover
+    rows[6, 0] = float("nan")
+    rows[7, :] = float("-inf")
+    rows[7, vocab - 1] = -1e30
+    for r in range(len(rows)):
+        assert native.argmax_row(rows, r) == int(rows[r].argmax()), r
+
+
+def test_greedy_acceptance_reads_the_kernels_argmax_only_where_it_answers_as_torch_does():
+    """The engine hands greedy acceptance the kernel's argmax for float32 CPU logits it can read, and
+    torch's for anything else (float64 logits of a tiny model, SPECSCOPE_FORWARD=plain)."""
+    from engine.acceptance import row_argmax
+
+    engine = tiny_engine()
+    wanted = native.argmax_row if cpu_has_the_kernel() else row_argmax
+    assert engine.argmax_for(torch.zeros(2, 50)) is wanted
+    assert engine.argmax_for(torch.zeros(2, 50, dtype=torch.float64)) is row_argmax
+    assert engine.argmax_for(torch.zeros(50, 2).t()) is row_argmax  # not contiguous
+
+
+@needs_kernel
 def test_a_batched_kernel_call_gives_every_sequence_the_bits_of_its_call_alone(kernel_path):
     """B sessions with caches of different lengths, a chain and trees of different sizes, in one call
     (weights read once for all): each sequence's logits, features and cache are those of its call alone."""

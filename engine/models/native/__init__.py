@@ -168,6 +168,8 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.top_k_lse.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                   ctypes.c_void_p, ctypes.c_void_p]
     library.top_k_lse.restype = ctypes.c_int
+    library.argmax_row.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+    library.argmax_row.restype = ctypes.c_int64
     library.native_max_tokens.restype = ctypes.c_int
     library.native_amx_active.restype = ctypes.c_int
     library.native_use_amx.argtypes = [ctypes.c_int]
@@ -583,3 +585,12 @@ def top_k_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor,
     if code:
         raise refused(code, "top-k")
     return values, indices, lse
+
+
+def argmax_row(logits: torch.Tensor, row: int) -> int:
+    """The index of the largest value of row `row` of float32 logits [R, V] on the CPU, contiguous: the
+    first where several tie (a NaN first of all), as `int(logits[row].argmax())` answers, in a C call of
+    a few µs where torch takes ~60 for a row of 49 152."""
+    assert logits.dtype == torch.float32 and logits.dim() == 2 and logits.is_contiguous(), (logits.dtype, logits.shape)
+    assert 0 <= row < logits.shape[0], (row, logits.shape)
+    return kernel().argmax_row(logits.data_ptr(), row, logits.shape[1])
