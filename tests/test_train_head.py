@@ -215,3 +215,31 @@ def test_a_trained_head_is_measured_on_benchmark_answers_it_never_saw(tmp_path):
     results = evaluate_existing(target, None, tmp_path / "head", options, {TINY_EOS}, TINY_EOS, log=lambda *a: None)
     assert results["bench"].top1 == metrics["evaluation"]["bench"]["top1"]
     assert "| bench |" in (tmp_path / "evaluation" / "evaluation.md").read_text()
+
+
+def test_answers_decoded_in_the_engines_batch_are_bit_for_bit_its_teacher_forced_pass():
+    """Where the native kernel runs (bf16 on this CPU), self-distillation decodes up to 12 answers together
+    through the engine's batched forward, a finished answer's place taken by the next prompt: each answer's
+    tokens are its greedy labels, and its features and labels are those of one teacher-forced pass over it."""
+    import pytest
+
+    from engine.models import native
+    from tools.training.selfdistill import extract_in_engine, generate_in_engine, native_forward
+
+    target = tiny_llama(0, hidden=128, layers=LAYERS).to(torch.bfloat16)
+    try:
+        native.kernel()
+    except native.NativeUnavailable as error:
+        pytest.skip(f"the native kernel does not run here: {error}")
+    lm = native_forward(target)
+    assert lm is not None
+    prompts = [[(7 * i + j) % 200 + 1 for j in range(3 + i % 5)] for i in range(7)]
+    greedy = [True] * 7
+    alone = generate_in_engine(lm, prompts, list(range(7)), greedy, (2, 3, 3), 9, 0.8, {TINY_EOS},
+                               torch.Generator(), batch_size=1)
+    together = generate_in_engine(lm, prompts, list(range(7)), greedy, (2, 3, 3), 9, 0.8, {TINY_EOS},
+                                  torch.Generator(), batch_size=3)
+    forced = extract_in_engine(lm, [(s.prompt_id, True, s.ids.tolist(), s.prompt_len) for s in together], (2, 3, 3))
+    for a, b, c in zip(alone, together, forced):
+        assert torch.equal(a.ids, b.ids) and torch.equal(b.labels, b.ids[b.prompt_len:])
+        assert torch.equal(b.features, c.features) and torch.equal(b.labels, c.labels)

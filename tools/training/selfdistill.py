@@ -180,6 +180,67 @@ def extract_in_engine(lm, rows: list[tuple[int, bool, list[int], int]], layers: 
     return samples
 
 
+@torch.inference_mode()
+def generate_in_engine(lm, prompts: list[list[int]], prompt_ids: list[int], greedy: list[bool],
+                       layers: tuple[int, ...], max_new_tokens: int, temperature: float, eos_ids: set[int],
+                       generator: torch.Generator, batch_size: int = 8) -> list[Sample]:
+    """`generate_batch` through the engine's own forward (`lm`: a FastLM with the native kernel): up to
+    `batch_size` answers decoded together, one `forward_batch` a token (the weights read once for all, as a
+    server's batch reads them), a finished answer's place taken by the next prompt at once (continuous
+    batching). Features and greedy labels are those the drafter will be given, bit for bit: a row's logits
+    and features do not depend on the rows beside it."""
+    from engine.models.base import BatchItem
+
+    free = [lm.session() for _ in range(min(batch_size, len(prompts)))]
+    waiting = list(range(len(prompts)))[::-1]  # popped from the end: prompt order
+    running: dict[int, tuple] = {}  # row -> (session, next token)
+    features: list[list[torch.Tensor]] = [[] for _ in prompts]  # each [n, F]
+    response: list[list[int]] = [[] for _ in prompts]
+    labels: list[list[int]] = [[] for _ in prompts]
+
+    def choose(row: int, logits: torch.Tensor) -> int:
+        """The row's next token from its last logits [V] (its greedy label kept beside it)."""
+        best = int(logits.argmax())
+        token = best if greedy[row] else int(torch.multinomial(
+            torch.softmax(logits / max(temperature, 1e-5), -1), 1, generator=generator))
+        labels[row].append(best)
+        response[row].append(token)
+        return token
+
+    def done(row: int) -> bool:
+        return response[row][-1] in eos_ids or len(response[row]) >= max_new_tokens
+
+    while waiting or running:
+        while waiting and free:  # prefill newcomers into the free places
+            row, session = waiting.pop(), free.pop()
+            session.reset()
+            out = session.forward_chain(prompts[row], hidden_layers=layers)  # logits [P, V]
+            features[row].append(torch.cat(out.hidden, dim=-1).to(torch.bfloat16))
+            token = choose(row, out.logits[-1])
+            if done(row):
+                free.append(session)
+            else:
+                running[row] = (session, token)
+        if not running:
+            continue
+        rows = list(running)
+        outs = lm.forward_batch([BatchItem(running[r][0], [running[r][1]], hidden_layers=layers) for r in rows])
+        for row, out in zip(rows, outs):
+            features[row].append(torch.cat(out.hidden, dim=-1).to(torch.bfloat16))
+            token = choose(row, out.logits[-1])
+            if done(row):
+                free.append(running.pop(row)[0])
+            else:
+                running[row] = (running[row][0], token)
+    samples = []
+    for row, prompt in enumerate(prompts):
+        full = prompt + response[row]
+        seen = torch.cat(features[row])[:len(full) - 1]  # every token but the last was run
+        samples.append(Sample(prompt_ids[row], greedy[row], torch.tensor(full), len(prompt), seen,
+                              torch.tensor(labels[row])))
+    return samples
+
+
 _engines: dict[int, object] = {}
 
 
@@ -227,6 +288,7 @@ class GenerationPlan:
     deadline: float = 0.0  # stop starting chunks after this time.time() (0: none)
     descending: bool = False  # walk the chunks from the last: a second process can share the work
     answers_per_prompt: int = 1  # answers after the first are sampled: more data from the same prompts
+    engine_batch: int = 12  # answers decoded together where the engine's native forward generates
 
     def rows(self) -> list[dict]:
         """Every prompt once, then again for each extra (sampled) answer; chunk k is rows[k·size:(k+1)·size]."""
@@ -256,6 +318,12 @@ def run_generation(model, tokenizer, plan: GenerationPlan, layers: tuple[int, ..
         ordered = sorted(chunk, key=lambda r: len(row_ids(tokenizer, r)))  # less padding per batch
         samples: list[Sample] = []
         start = time.time()
+        lm = native_forward(model)
+        if lm is not None:  # the engine's batched forward, continuous batching over the whole chunk
+            samples = generate_in_engine(lm, [row_ids(tokenizer, r) for r in ordered], [r["id"] for r in ordered],
+                                         [plan.greedy(r) for r in ordered], layers, plan.max_new_tokens,
+                                         plan.temperature, eos_ids, generator, plan.engine_batch)
+            ordered = []
         for b in range(0, len(ordered), plan.batch_size):
             if samples and plan.deadline and time.time() > plan.deadline:
                 break  # out of time: the chunk keeps the answers already made
