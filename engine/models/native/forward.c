@@ -232,12 +232,13 @@ static int amx_ready(void) { /* the kernel asks Linux once for the tile state */
     return ready && amx_allowed;
 }
 
-static void amx_configure(void) { /* tiles 0–3: C for four blocks of 16 tokens; 4: A (weights); 5: B */
-    TileConfig config = {0};
-    config.palette = 1;
-    for (int tile = 0; tile < 6; tile++) config.rows[tile] = 16, config.colsb[tile] = 64;
-    _tile_loadconfig(&config);
-}
+/* Tiles 0–3: C for four blocks of 16 tokens; 4: A (weights); 5: B. A constant in the object's data, not a
+ * struct filled on the stack: GCC 12 does not count ldtilecfg as reading its 64 bytes and, once amx_configure
+ * was inlined into forward_batch's parallel region, dropped the stores of rows and colsb as dead, so the
+ * instruction read garbage and faulted (#GP) on every AMX forward. */
+static const TileConfig AMX_TILES = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16}};
+
+static void amx_configure(void) { _tile_loadconfig(&AMX_TILES); }
 
 /* x [N, K] as pairs: packed[block][k / 32][16 pairs][16 tokens], one 1 KB B tile per (block, k / 32):
  * each 16 tokens × 16 pairs is one transpose, shared among the team. */
