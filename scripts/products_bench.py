@@ -8,7 +8,7 @@ down) on weights far larger than the caches, so every product streams them from 
 does. Rounds shuffle the kernels' order, so neither always runs right after the other on the same
 weights. Prints GB/s of weights read (median and best over the rounds) per shape, n and kernel, and first
 checks that both give the same bits (the dot-product path; on an AMX CPU it is forced with
-`native_use_amx(0)`).
+`native_use_amx(0)` unless `--amx` asks for the tile path).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from engine.models import native
 SHAPES = ((49152, 576, 3), (3072, 576, 40), (576, 1536, 80))  # rows, inputs, copies: ≥ 140 MB of weights each
 
 
-def build(source: str, directory: Path, name: str) -> tuple[ctypes.CDLL, int]:
+def build(source: str, directory: Path, name: str, amx: bool) -> tuple[ctypes.CDLL, int]:
     """The kernel built from `source`, and the PAIR_ROWS it pairs weights by."""
     path, out = directory / f"{name}.c", directory / f"{name}.so"
     path.write_text(source)
@@ -38,7 +38,7 @@ def build(source: str, directory: Path, name: str) -> tuple[ctypes.CDLL, int]:
     library = ctypes.CDLL(str(out))
     pointer, integer = ctypes.c_void_p, ctypes.c_int
     library.linear.argtypes = [pointer, integer, integer, pointer, pointer, integer, pointer, integer]
-    library.native_use_amx(0)
+    library.native_use_amx(int(amx))
     return library, int(re.search(r"#define PAIR_ROWS (\d+)", source).group(1))
 
 
@@ -48,13 +48,14 @@ def main() -> None:
     parser.add_argument("--ns", default="1,4,8,12,16")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--amx", action="store_true", help="time the AMX tile path (an AMX CPU only)")
     args = parser.parse_args()
     ns = [int(n) for n in args.ns.split(",")]
     old = subprocess.run(["git", "show", f"{args.against}:engine/models/native/forward.c"], check=True,
                          capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory() as scratch:
-        kernels = {"this tree": build(native.SOURCE.read_text(), Path(scratch), "new"),
-                   args.against: build(old, Path(scratch), "old")}
+        kernels = {"this tree": build(native.SOURCE.read_text(), Path(scratch), "new", args.amx),
+                   args.against: build(old, Path(scratch), "old", args.amx)}
         weights = {(rows, k): [torch.randn(rows, k).to(torch.bfloat16) for _ in range(copies)]
                    for rows, k, copies in SHAPES}
         pairs = {(shape, name): [native.pair_rows(w, rows_per) for w in ws]
