@@ -446,41 +446,55 @@ static void score_pairs(const Queries *Q, const bf16 *K, int S, int d, float *sc
     }
 }
 
-/* scores [count, S] = q · k for every cached column k of K [S, d]: AMX tiles of 16 columns × 16
- * queries where the CPU has them (K tiles read straight from the cache, the queries packed in
- * pairs), else score_pairs. */
-static void score(const Queries *Q, const bf16 *K, int S, int d, int amx, float *scores) {
+static inline int up16(int n) { return (n + 15) & ~15; }
+
+/* Scores are laid out as the path makes them: without AMX by query, p[i·S + c]; with AMX by column,
+ * p[c·16 + i], as a tile of 16 columns × 16 queries is stored (no transpose), so a column's 16 queries
+ * are one vector and soften's maxima and sums run down the columns, lane by lane. */
+typedef struct {
+    float *p;
+    int query_stride, column_stride; /* (S, 1) by query, (1, 16) by column */
+} Scores;
+
 #ifdef __AMX_BF16__
-    if (amx) {
-        uint32_t pairs[128 * 16] __attribute__((aligned(64))) = {0}; /* [d / 32][16 pairs][16 queries] */
-        float c[16][16] __attribute__((aligned(64)));
-        for (int i = 0; i < Q->count; i++) {
-            const uint32_t *q = (const uint32_t *)Q->q[i];
-            for (int p = 0; p < d / 2; p++) pairs[p * 16 + i] = q[p];
-        }
-        for (int c0 = 0; c0 < S; c0 += 16) { /* rows past S are cache slots not yet written: ignored */
-            _tile_zero(0);
-            for (int k = 0; k < d; k += 32) {
-                _tile_loadd(4, K + (size_t)c0 * d + k, d * 2);
-                _tile_loadd(5, pairs + k / 2 * 16, 64);
-                _tile_dpbf16ps(0, 4, 5);
-            }
-            _tile_stored(0, c, 64);
-            __m512i rows[16];
-            for (int r = 0; r < 16; r++) rows[r] = _mm512_load_si512(c[r]);
-            transpose16(rows); /* rows[i]: query i's scores over the 16 columns */
-            __mmask16 lanes = S - c0 >= 16 ? 0xffff : (__mmask16)((1u << (S - c0)) - 1);
-            for (int i = 0; i < Q->count; i++) _mm512_mask_storeu_ps(scores + (size_t)i * S + c0, lanes, _mm512_castsi512_ps(rows[i]));
-        }
-        return;
+/* p[c·16 + i] = q_i · k_c for every cached column k_c of K [S, d] (rows up to S rounded to 16; those past
+ * S are cache slots not yet written, never read after): AMX tiles of 16 columns × 16 queries, K's tiles
+ * read straight from the cache, the queries packed in pairs. */
+static void score_amx(const Queries *Q, const bf16 *K, int S, int d, float *p) {
+    uint32_t pairs[128 * 16] __attribute__((aligned(64))) = {0}; /* [d / 32][16 pairs][16 queries] */
+    for (int i = 0; i < Q->count; i++) {
+        const uint32_t *q = (const uint32_t *)Q->q[i];
+        for (int k = 0; k < d / 2; k++) pairs[k * 16 + i] = q[k];
     }
+    for (int c0 = 0; c0 < S; c0 += 16) {
+        _tile_zero(0);
+        for (int k = 0; k < d; k += 32) {
+            _tile_loadd(4, K + (size_t)c0 * d + k, d * 2);
+            _tile_loadd(5, pairs + k / 2 * 16, 64);
+            _tile_dpbf16ps(0, 4, 5);
+        }
+        _tile_stored(0, p + (size_t)c0 * 16, 64);
+    }
+}
 #endif
-    (void)amx;
-    score_pairs(Q, K, S, d, scores);
+
+/* Scores by column → e^((s − max) / √d) in place, masked (−∞) entries exactly 0; total[i] = query i's sum,
+ * added down the columns in order, one term each (see weigh). */
+static void soften_columns(float *p, int S, float scale, float *total) {
+    __m512 best = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps(), factor = _mm512_set1_ps(scale);
+    for (int c = 0; c < S; c++) best = _mm512_max_ps(best, _mm512_load_ps(p + (size_t)c * 16));
+    for (int c = 0; c < S; c++) {
+        __m512 s = _mm512_load_ps(p + (size_t)c * 16);
+        __mmask16 seen = _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+        __m512 e = _mm512_maskz_mov_ps(seen, exp16(_mm512_mul_ps(_mm512_sub_ps(s, best), factor)));
+        _mm512_store_ps(p + (size_t)c * 16, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    _mm512_storeu_ps(total, sum);
 }
 
-/* row [S] of scores → e^((s − max) / √d) in place, masked columns exactly 0. */
-static void soften(float *row, int S, float scale) {
+/* One query's scores [S] → e^((s − max) / √d) in place, masked columns exactly 0. */
+static void soften_row(float *row, int S, float scale) {
     __m512 best = _mm512_set1_ps(-INFINITY);
     for (int c = 0; c < S; c += 16) {
         __mmask16 lanes = S - c >= 16 ? 0xffff : (__mmask16)((1u << (S - c)) - 1);
@@ -496,21 +510,26 @@ static void soften(float *row, int S, float scale) {
 }
 
 /* out_j = Σ_c p_j[c] V[c] / Σ_c p_j[c] for up to 4 queries at once, each value row read once for all.
- * Both sums run over the columns in order, one term each: a tree node's masked columns add exact
- * zeros, so it gets the same bits as the node decoded alone, whose ancestors sit at other slots. */
-static inline __attribute__((always_inline)) void weigh(const float *p, int S, const int count, const bf16 *V,
-                                                        int d, bf16 *const *out, const int D16) {
+ * Both sums run over the columns in order, one term each: a tree node's masked columns add exact zeros,
+ * so it gets the same bits as the node decoded alone, whose ancestors sit at other slots. With `SUMS` the
+ * denominators are added here, column by column beside the products (scores by query, where a row's own
+ * sum would be one long chain of dependent adds); without, `total` holds them (soften_columns) and each
+ * weight is broadcast straight from memory, so the FMAs have the vector ports to themselves. */
+static inline __attribute__((always_inline)) void weigh(Scores P, int S, const int count, float *total,
+                                                        const bf16 *V, int d, bf16 *const *out, const int D16,
+                                                        const int SUMS) {
     __m512 acc[4][16];
-    float total[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int j = 0; j < count; j++)
+    for (int j = 0; j < count; j++) {
+        if (SUMS) total[j] = 0.f;
         for (int k = 0; k < D16; k++) acc[j][k] = _mm512_setzero_ps();
+    }
     for (int c = 0; c < S; c++) {
         __m512 v[16];
         for (int k = 0; k < D16; k++) v[k] = load16(V + (size_t)c * d + 16 * k);
+        const float *w = P.p + (size_t)c * P.column_stride;
         for (int j = 0; j < count; j++) {
-            float w = p[(size_t)j * S + c];
-            __m512 weight = _mm512_set1_ps(w);
-            total[j] += w;
+            if (SUMS) total[j] += w[(size_t)j * P.query_stride];
+            __m512 weight = _mm512_set1_ps(w[(size_t)j * P.query_stride]);
             for (int k = 0; k < D16; k++) acc[j][k] = _mm512_fmadd_ps(weight, v[k], acc[j][k]);
         }
     }
@@ -520,29 +539,50 @@ static inline __attribute__((always_inline)) void weigh(const float *p, int S, c
 }
 
 /* softmax(q·Kᵀ / √d) V for a block of queries over S columns, float32 throughout, each output rounded
- * once; `mask` [N, M] (or NULL) says which of the last M columns each query's token sees. */
+ * once; `mask` [N, M] (or NULL) says which of the last M columns each query's token sees. `scores`: this
+ * thread's scratch, 16 × S rounded up to 16. */
 static void attend(const Queries *Q, const bf16 *K, const bf16 *V, int S, int d, int M, const uint8_t *mask,
                    int amx, float *scores) {
-    score(Q, K, S, d, amx, scores);
-    for (int i = 0; i < Q->count; i++) {
-        float *row = scores + (size_t)i * S;
-        if (mask != NULL)
-            for (int c = 0; c < M; c++)
-                if (!mask[(size_t)Q->token[i] * M + c]) row[S - M + c] = -INFINITY;
-        soften(row, S, 1.f / sqrtf((float)d));
+    const float scale = 1.f / sqrtf((float)d);
+    float total[16];
+    Scores P = {scores, S, 1};
+#ifdef __AMX_BF16__
+    if (amx) {
+        P = (Scores){scores, 1, 16};
+        score_amx(Q, K, S, d, scores);
     }
+#endif
+    (void)amx;
+    if (P.column_stride == 1) score_pairs(Q, K, S, d, scores);
+    if (mask != NULL)
+        for (int i = 0; i < Q->count; i++)
+            for (int c = 0; c < M; c++)
+                if (!mask[(size_t)Q->token[i] * M + c])
+                    P.p[(size_t)i * P.query_stride + (size_t)(S - M + c) * P.column_stride] = -INFINITY;
+    const int sums = P.column_stride == 1; /* by query: weigh adds the denominators */
+    if (sums)
+        for (int i = 0; i < Q->count; i++) soften_row(scores + (size_t)i * S, S, scale);
+    else
+        soften_columns(scores, S, scale, total);
     for (int j = 0; j < Q->count; j += 4) {
         int count = Q->count - j < 4 ? Q->count - j : 4;
-        const float *p = scores + (size_t)j * S;
-        if (d == 64) /* constant loop bounds keep the accumulators in registers */
+        Scores from = {P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride};
+        if (d == 64 && sums) /* constant loop bounds keep the accumulators in registers */
             switch (count) {
-            case 1: weigh(p, S, 1, V, d, Q->out + j, 4); break;
-            case 2: weigh(p, S, 2, V, d, Q->out + j, 4); break;
-            case 3: weigh(p, S, 3, V, d, Q->out + j, 4); break;
-            default: weigh(p, S, 4, V, d, Q->out + j, 4); break;
+            case 1: weigh(from, S, 1, total + j, V, d, Q->out + j, 4, 1); break;
+            case 2: weigh(from, S, 2, total + j, V, d, Q->out + j, 4, 1); break;
+            case 3: weigh(from, S, 3, total + j, V, d, Q->out + j, 4, 1); break;
+            default: weigh(from, S, 4, total + j, V, d, Q->out + j, 4, 1); break;
+            }
+        else if (d == 64)
+            switch (count) {
+            case 1: weigh(from, S, 1, total + j, V, d, Q->out + j, 4, 0); break;
+            case 2: weigh(from, S, 2, total + j, V, d, Q->out + j, 4, 0); break;
+            case 3: weigh(from, S, 3, total + j, V, d, Q->out + j, 4, 0); break;
+            default: weigh(from, S, 4, total + j, V, d, Q->out + j, 4, 0); break;
             }
         else
-            weigh(p, S, count, V, d, Q->out + j, d / 16);
+            weigh(from, S, count, total + j, V, d, Q->out + j, d / 16, sums);
     }
 }
 
@@ -679,7 +719,7 @@ typedef struct {
     bf16 *x;                                           /* [N, H]: the residual stream, updated in place */
     bf16 *normed, *qkv, *heads_out, *projected, *gate_up, *mlp;
     uint32_t *packed;                                  /* AMX's shared scratch, or NULL */
-    float *scores;                                     /* this thread's [16, S] */
+    float *scores;                                     /* this thread's 16 × S (S rounded up to 16) */
 } LayerCall;
 
 /* A sequence's keys for this layer, [kv, C, d]; its values follow them. */
@@ -776,7 +816,7 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
  * NATIVE_NO_MEMORY (both freed) where an allocation failed. */
 static int team_scratch(int widest, int S, int threads, uint32_t **packed, float **scores) {
     *packed = pairs_scratch(widest);
-    *scores = malloc(sizeof(float) * 16 * (size_t)S * threads); /* [threads][16, S] */
+    *scores = aligned_alloc(64, sizeof(float) * 16 * (size_t)up16(S) * threads); /* [threads][16, S to 16] */
     if ((*packed == NULL && native_amx_active()) || *scores == NULL) {
         free(*packed);
         free(*scores);
@@ -807,7 +847,7 @@ int forward_batch(const Forward *f, const Sequence *seqs, int count) {
         LayerCall call = {.n = n, .in_width = H, .seqs = seqs, .layout = &layout, .attn_in = f->normed, .x = f->x,
                           .normed = f->normed, .qkv = f->qkv, .heads_out = f->heads_out, .projected = f->projected,
                           .gate_up = f->gate_up, .mlp = f->mlp, .packed = packed,
-                          .scores = all_scores + (size_t)16 * layout.columns * omp_get_thread_num()};
+                          .scores = all_scores + (size_t)16 * up16(layout.columns) * omp_get_thread_num()};
         for (int l = 0; l < D->layers; l++) {
             const LayerWeights *w = &f->layers[l];
             call.layer = l;
@@ -902,7 +942,7 @@ int head_step(const HeadStep *s) {
                           .attn_in = s->attn_in, .x = s->x, .normed = s->normed, .qkv = s->qkv,
                           .heads_out = s->heads_out, .projected = s->projected, .gate_up = s->gate_up,
                           .mlp = s->mlp, .packed = packed,
-                          .scores = all_scores + (size_t)16 * (s->start + n) * omp_get_thread_num()};
+                          .scores = all_scores + (size_t)16 * up16(s->start + n) * omp_get_thread_num()};
         decoder_layer(D, s->layer, &call, &clock);
         const int rows = n - s->first_logit;
 #pragma omp single
