@@ -5,7 +5,7 @@ import { test } from "node:test";
 
 import { phasesOf } from "../../static/js/model/phases.js";
 import {
-  acceptanceRate, ancestorMatrix, ancestorsOf, attentionMask, formulaNumbers, kvCache, leviathanTau, positionIds,
+  acceptanceRate, ancestorMatrix, breakEvenTau, ancestorsOf, attentionMask, formulaNumbers, kvCache, leviathanTau, positionIds,
   predictedSpeedup, tableCost, verifiedTree, verifyCost, walkStep,
 } from "../../static/js/model/theory.js";
 import { arRun, endedRun, sampledRun, talonRun } from "./fixtures.mjs";
@@ -74,6 +74,15 @@ test("alpha_counts_accepted_over_tried_positions_and_leviathan_follows", () => {
   assert.equal(predictedSpeedup(3, 0.05, 4, 2), 3 / 2.2, "a tree that costs two one-token forwards");
 });
 
+test("a_tree_pays_exactly_when_tau_beats_its_verify_cost_plus_its_drafting", () => {
+  assert.ok(Math.abs(breakEvenTau(2.8, 0.03, 4) - 2.92) < 1e-12);
+  assert.equal(breakEvenTau(1, 0.05, 0), 1, "nothing drafted: the verify alone");
+  assert.equal(breakEvenTau(2, null, 3), null, "no c yet");
+  for (const tau of [2.9, 2.95]) {  // R > 1 on the same side of the line
+    assert.equal(predictedSpeedup(tau, 0.03, 4, 2.8) > 1, tau > breakEvenTau(2.8, 0.03, 4));
+  }
+});
+
 test("the_run_s_cost_summary_is_read_as_engine_costs_reads_its_table", () => {
   const costs = { source: "measured", context: 128, ns: [1, 2, 4], target_ms: [10, 12, 20], draft_ms: [1, 1, 2] };
   assert.equal(tableCost(costs, 3), 20, "the engine's time for 4 tokens prices 3, as the engine reads it");
@@ -96,6 +105,7 @@ test("formula_numbers_use_the_run_so_far_and_plain_decoding_for_the_measured_spe
   const end = formulaNumbers(talonRun, phases[phases.length - 1], { arEvents: arRun, arFinished: arRun[arRun.length - 1] });
   assert.equal(end.measured, 0.5);
   assert.equal(end.predicted, 2 / (1 + 0.2 * 1.5));
+  assert.equal(end.breakEven, breakEvenTau(end.runVerifyCost.ratio, end.c, end.delta), "the run's trees' cost, its drafting");
   const chain = formulaNumbers(sampledRun, phasesOf(sampledRun).at(-1), { policies: SERVED_POLICIES });
   assert.equal(chain.gamma, 2);
   assert.equal(chain.leviathan, leviathanTau(0.5, 2));

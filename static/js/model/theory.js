@@ -145,6 +145,20 @@ export function predictedSpeedup(tau, c, delta, verifyCost = 1) {
 }
 
 /**
+ * The τ a step must beat to pay: R = τ / (v + c·δ) > 1 exactly when τ > v + c·δ. However good the drafts,
+ * a tree whose verify costs v one-token forwards, drafted in δ forwards of c each, loses to plain decoding
+ * until it accepts more than that many tokens a step (with v = 1 and no drafting, any τ > 1 pays).
+ *
+ * breakEvenTau(2.8, 0.03, 4) -> 2.92
+ */
+export function breakEvenTau(verifyCost, c, delta) {
+  if (verifyCost == null || delta == null) return null;
+  if (delta === 0) return verifyCost;
+  if (c == null) return null;
+  return verifyCost + c * delta;
+}
+
+/**
  * The engine's time for one target forward of `n` new tokens, as the run's opening event lists it
  * (run_started.costs: { source, context, ns, target_ms }, engine/engine.py costs_summary): the engine's
  * own lookup of its table at every measured n, so the page only picks the entry that prices n, the first
@@ -225,6 +239,7 @@ export function formulaNumbers(events, phase, { arFinished = null, arEvents = nu
     leviathan: leviathanTau(alpha, gamma),
     predicted: predictedSpeedup(tau, c, delta),
     predictedWithCost: runCost ? predictedSpeedup(tau, c, delta, runCost.ratio) : null,
+    breakEven: runCost ? breakEvenTau(runCost.ratio, c, delta) : null,
     runVerifyCost: runCost,
     stepVerifyCost: cost,
     treeTokens,

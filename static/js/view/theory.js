@@ -267,6 +267,7 @@ export function renderFormulas(box, f, { drafts = true } = {}) {
                              : "; measured: the whole run's tokens/s over plain decoding's, same setup")
          : "τ, δ and c are known once the first step has been verified");
   verifyLine(line, f);
+  breakEvenLine(line, f);
   ownTimesLine(line, f.own, f.measured);
   box.replaceChildren(...rows);
 }
@@ -290,6 +291,19 @@ function verifyLine(line, f) {
     line("verify", "cost of the tree vs a one-token forward", "–", {},
          "needs a cost table in the run, or a plain decoding run of the same setup (a comparison trace has one)");
   }
+}
+
+/** The τ the run's trees must beat on this device, in words: why a tree pays here or does not. */
+function breakEvenLine(line, f) {
+  if (f.breakEven == null || !f.runVerifyCost) return;
+  const pays = f.tau != null && f.tau > f.breakEven;
+  const verdict = f.tau == null ? "" : pays ? `τ ${sig(f.tau, 3)}: it pays` : `τ ${sig(f.tau, 3)}: it does not pay`;
+  line("pays if", `τ > v + c·δ = ${sig(f.runVerifyCost.ratio, 3)} + ${sig(f.c ?? 0, 3)} × ${sig(f.delta, 3)} = ${sig(f.breakEven, 3)}`,
+       verdict, { "data-break-even": String(f.breakEven), "data-pays": String(pays) },
+       `however good the drafts, trees that cost ${sig(f.runVerifyCost.ratio, 3)} one-token forwards to verify ` +
+       `must accept more than ${sig(f.breakEven, 3)} tokens a step to beat plain decoding where this run ran; ` +
+       (pays ? "these do." : "these accept fewer, so a smaller tree, or a device where a wide forward costs " +
+        "about what one token costs (a GPU), is what would pay."));
 }
 
 /** R from the run's own measured times: its verify, draft forwards and time outside the forwards per step,
