@@ -76,6 +76,7 @@ class LoopOptions:
     ttt_steps: int = 3
     step_decay: float = 0.8
     batch_sequences: int = 16
+    batch_tokens: int = 8192  # a batch's padded tokens at most: long conversations go in smaller batches
     lr: float = 1e-3
     weight_decay: float = 0.01
     warmup_steps: int = 10
@@ -88,17 +89,40 @@ class LoopOptions:
     bf16: bool = False  # autocast matmuls to bfloat16 (GPUs, CPUs with native bf16)
 
 
-def batches_for_epoch(samples: list[Sample], batch_sequences: int, rng: random.Random) -> list[list[int]]:
-    """Shuffled batches of similar-length samples (less padding), as sample indices."""
+def batches_for_epoch(samples: list[Sample], batch_sequences: int, rng: random.Random,
+                      batch_tokens: int = 0) -> list[list[int]]:
+    """Shuffled batches of similar-length samples (less padding), as sample indices: up to `batch_sequences`
+    each and, with `batch_tokens`, no more padded tokens than that (a batch of long conversations is cut
+    into smaller ones: the unrolled draft steps hold [B, T, draft vocabulary] logits each, and 16 rows of
+    2 000 tokens took a 24 GB machine's memory). A sample longer than the budget is a batch alone.
+
+    >>> samples = [Sample(0, True, torch.zeros(n, dtype=torch.long), 0, None, None) for n in (2, 3, 9, 9)]
+    >>> sorted(map(sorted, batches_for_epoch(samples, 4, random.Random(0), batch_tokens=18)))
+    [[0, 1], [2, 3]]
+    """
     order = list(range(len(samples)))
     rng.shuffle(order)
     group = batch_sequences * 16
     batches = []
     for g in range(0, len(order), group):
         block = sorted(order[g:g + group], key=lambda i: len(samples[i].ids))
-        batches += [block[b:b + batch_sequences] for b in range(0, len(block), batch_sequences)]
+        for b in range(0, len(block), batch_sequences):
+            batches += _within_budget(block[b:b + batch_sequences], samples, batch_tokens)
     rng.shuffle(batches)
     return batches
+
+
+def _within_budget(batch: list[int], samples: list[Sample], batch_tokens: int) -> list[list[int]]:
+    """`batch` (sorted by length) cut into runs whose padded size, count × longest, fits `batch_tokens`."""
+    if not batch_tokens:
+        return [batch]
+    runs, run = [], []
+    for i in batch:
+        if run and (len(run) + 1) * len(samples[i].ids) > batch_tokens:
+            runs.append(run)
+            run = []
+        run.append(i)
+    return runs + [run]
 
 
 @dataclass
@@ -128,7 +152,8 @@ def train_loop(head: Eagle3Head, samples: list[Sample], target_to_draft: torch.T
     bar = tqdm(initial=state["step"], total=options.max_steps or None, desc="training head", unit="step")
     started = time.time() - state["elapsed"]
     while not _done(state, options, per_epoch, time.time() - started):
-        order = batches_for_epoch(samples, options.batch_sequences, random.Random(options.seed * 1000 + state["epoch"]))
+        order = batches_for_epoch(samples, options.batch_sequences, random.Random(options.seed * 1000 + state["epoch"]),
+                                  options.batch_tokens)
         for indices in order[state["batch"]:]:
             progress = _progress(state, options, per_epoch, time.time() - started)
             if progress >= 1:
