@@ -544,45 +544,38 @@ static inline __attribute__((always_inline)) void weigh(Scores P, int S, const i
 static void attend(const Queries *Q, const bf16 *K, const bf16 *V, int S, int d, int M, const uint8_t *mask,
                    int amx, float *scores) {
     const float scale = 1.f / sqrtf((float)d);
+    const int by_column = amx; /* the AMX path's layout; weigh adds the denominators only by query */
+    const Scores P = by_column ? (Scores){scores, 1, 16} : (Scores){scores, S, 1};
     float total[16];
-    Scores P = {scores, S, 1};
 #ifdef __AMX_BF16__
-    if (amx) {
-        P = (Scores){scores, 1, 16};
-        score_amx(Q, K, S, d, scores);
-    }
+    if (by_column) score_amx(Q, K, S, d, scores);
 #endif
-    (void)amx;
-    if (P.column_stride == 1) score_pairs(Q, K, S, d, scores);
+    if (!by_column) score_pairs(Q, K, S, d, scores);
     if (mask != NULL)
         for (int i = 0; i < Q->count; i++)
             for (int c = 0; c < M; c++)
                 if (!mask[(size_t)Q->token[i] * M + c])
                     P.p[(size_t)i * P.query_stride + (size_t)(S - M + c) * P.column_stride] = -INFINITY;
-    const int sums = P.column_stride == 1; /* by query: weigh adds the denominators */
-    if (sums)
-        for (int i = 0; i < Q->count; i++) soften_row(scores + (size_t)i * S, S, scale);
-    else
+    if (by_column)
         soften_columns(scores, S, scale, total);
+    else
+        for (int i = 0; i < Q->count; i++) soften_row(scores + (size_t)i * S, S, scale);
     for (int j = 0; j < Q->count; j += 4) {
-        int count = Q->count - j < 4 ? Q->count - j : 4;
-        Scores from = {P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride};
-        if (d == 64 && sums) /* constant loop bounds keep the accumulators in registers */
+        const int count = Q->count - j < 4 ? Q->count - j : 4;
+        const Scores from = {P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride};
+/* constant counts and loop bounds keep the accumulators in registers */
+#define WEIGH(n, D16) (by_column ? weigh(from, S, n, total + j, V, d, Q->out + j, D16, 0) \
+                                 : weigh(from, S, n, total + j, V, d, Q->out + j, D16, 1))
+        if (d == 64)
             switch (count) {
-            case 1: weigh(from, S, 1, total + j, V, d, Q->out + j, 4, 1); break;
-            case 2: weigh(from, S, 2, total + j, V, d, Q->out + j, 4, 1); break;
-            case 3: weigh(from, S, 3, total + j, V, d, Q->out + j, 4, 1); break;
-            default: weigh(from, S, 4, total + j, V, d, Q->out + j, 4, 1); break;
-            }
-        else if (d == 64)
-            switch (count) {
-            case 1: weigh(from, S, 1, total + j, V, d, Q->out + j, 4, 0); break;
-            case 2: weigh(from, S, 2, total + j, V, d, Q->out + j, 4, 0); break;
-            case 3: weigh(from, S, 3, total + j, V, d, Q->out + j, 4, 0); break;
-            default: weigh(from, S, 4, total + j, V, d, Q->out + j, 4, 0); break;
+            case 1: WEIGH(1, 4); break;
+            case 2: WEIGH(2, 4); break;
+            case 3: WEIGH(3, 4); break;
+            default: WEIGH(4, 4); break;
             }
         else
-            weigh(from, S, count, total + j, V, d, Q->out + j, d / 16, sums);
+            WEIGH(count, d / 16);
+#undef WEIGH
     }
 }
 
