@@ -188,4 +188,6 @@ def test_the_profile_measures_an_eagle_head_as_the_draft_when_there_is_no_draft_
     one, three = table.draft.ms
     assert all(ms > 0 for row in one for ms in row)
     assert three == [[3 * ms for ms in row] for row in one]
-    assert table.draft_cost(4, context=40) == one[1][1]
+    # read at the next measured context (48), its row made non-decreasing in n as every lookup reads it: a tiny
+    # head's n = 1 can time slower than its n = 4, and then n = 4 costs what n = 1 does
+    assert table.draft_cost(4, context=40) == max(one[1][0], one[1][1])
