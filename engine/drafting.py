@@ -39,29 +39,48 @@ class Draft:
     dists: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> [V] q its sampled children came from
 
 
-def pool_from(tree: DraftTree, proposals: list[Proposal], depth: int, prefix_len: int = 0) -> Pool:
-    """Flattens the frontier's proposals into one layer's candidate pool, scored by path: score(parent)·q.
+def pool_from(tree: DraftTree, proposals: list[Proposal], depth: int, prefix_len: int = 0,
+              floor: float | None = None) -> Pool:
+    """Flattens the frontier's proposals into one layer's candidate pool, scored by path: score(parent)·q;
+    with a `floor` φ (Policy.pool_floor) only the candidates scoring at least φ × the layer's best, in the
+    same order (the products and the comparison are the policy's own, so it decides the same).
 
     >>> tree = DraftTree.with_root(7); a = tree.add(0, 8, 0.5, 0.5)
-    >>> pool = pool_from(tree, [Proposal(node=a, token=[9, 10], q=[0.6, 0.2], source="x")], depth=2)
+    >>> proposal = Proposal(node=a, token=[9, 10, 11], q=[0.6, 0.2, 0.01], source="x")
+    >>> pool = pool_from(tree, [proposal], depth=2)
     >>> pool.parent, pool.score
-    ([1, 1], [0.3, 0.1])
+    ([1, 1, 1], [0.3, 0.1, 0.005])
+    >>> pool_from(tree, [proposal], depth=2, floor=0.1).token
+    [9, 10]
     """
     pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], prefix_len=prefix_len)
-    for proposal in proposals:
-        n, above = len(proposal.token), tree.score[proposal.node]
+    scored = [(proposal, [tree.score[proposal.node] * q for q in proposal.q]) for proposal in proposals]
+    threshold = None
+    if floor is not None and not any(proposal.sampled for proposal in proposals):
+        threshold = floor * max((max(scores) for _, scores in scored if scores), default=0.0)
+    for proposal, scores in scored:
+        if threshold is None:
+            tokens, qs = proposal.token, proposal.q
+        else:  # a wide gated layer: most of the frontier's children are below the gate
+            passing = [i for i, score in enumerate(scores) if score >= threshold]
+            tokens, qs, scores = ([proposal.token[i] for i in passing], [proposal.q[i] for i in passing],
+                                  [scores[i] for i in passing])
+        n = len(tokens)
         pool.parent += [proposal.node] * n
-        pool.token += proposal.token
-        pool.q += proposal.q
-        pool.score += [above * q for q in proposal.q]
+        pool.token += tokens
+        pool.q += qs
+        pool.score += scores
         pool.source += [proposal.source] * n
         pool.sampled += [proposal.sampled] * n
     return pool
 
 
 def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefix_len: int = 0,
-              sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None) -> Draft:
-    """Grows a tree under `root` until the policy stops it; `prefix_len` is the target's cached context."""
+              sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None,
+              whole_pools: bool = True) -> Draft:
+    """Grows a tree under `root` until the policy stops it; `prefix_len` is the target's cached context.
+    Without `whole_pools` (no one reads the pruned candidates) a layer pools only the candidates its policy's
+    `pool_floor` lets through: the same tree, without building a decision for every child below the gate."""
     draft = Draft(tree=DraftTree.with_root(root))
     sample = policy.sample_children(sampling.temperature)
     frontier, depth = [0], 0
@@ -73,7 +92,7 @@ def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefi
         else:
             proposals = drafter.free_proposals(draft.tree, frontier, k)
         draft.dists.update({p.node: p.q_dist for p in proposals if p.sampled})
-        pool = pool_from(draft.tree, proposals, depth, prefix_len)
+        pool = pool_from(draft.tree, proposals, depth, prefix_len, None if whole_pools else policy.pool_floor(depth))
         if not len(pool):
             break
         selection = policy.select_layer(draft.tree, pool)

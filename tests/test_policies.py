@@ -89,6 +89,33 @@ def test_talon_pools_every_child_that_can_pass_the_gate_not_only_the_top_k():
     assert second.selection.anchor == pytest.approx(0.27)
 
 
+@pytest.mark.parametrize("name, params", [("talon", {}), ("talon", {"forced_layers": 0, "mu": 0.1}),
+                                           ("talon", {"budget": 200, "mu": 0.005}),
+                                           ("talon-adaptive", {}), ("eagle", {"depth": 5})])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_run_without_per_candidate_events_grows_the_same_tree_from_pools_cut_at_the_gate(name, params, seed):
+    """Without whole pools (the bench's setting) a gated layer pools only the candidates at or above μ·m_d:
+    the same tree, node for node, with fewer candidates. Ties included: q's from a small set of values."""
+    rng = random.Random(seed)
+
+    def qs_of(node: int, k: int) -> list[float]:
+        return sorted((rng.choice([0.5, 0.2, 0.05, 0.01, 0.001]) for _ in range(k)), reverse=True)
+
+    draws = {}
+    def remembered(node: int, k: int) -> list[float]:  # both runs see the same q's at the same node
+        if (node, k) not in draws:
+            draws[node, k] = qs_of(node, k)
+        return draws[node, k]
+
+    whole = grow_tree(make_policy(name, params), StubDrafter(remembered), root=0, max_depth=40)
+    cut = grow_tree(make_policy(name, params), StubDrafter(remembered), root=0, max_depth=40, whole_pools=False)
+    fields = ("parent", "token", "q", "score", "depth")
+    assert [getattr(cut.tree, f) for f in fields] == [getattr(whole.tree, f) for f in fields]
+    assert sum(len(layer.pool) for layer in cut.layers) <= sum(len(layer.pool) for layer in whole.layers)
+    if name == "talon" and params.get("forced_layers") == 0:
+        assert sum(len(layer.pool) for layer in cut.layers) < sum(len(layer.pool) for layer in whole.layers)
+
+
 def test_talon_with_no_forced_layers_gates_from_the_root():
     """k = 0, the paper's pure-gating ablation: the root's children pass the gate, not a top-K."""
     qs_of = lambda node, k: [0.6, 0.3, 0.01] + [0.001] * (k - 3) if node == 0 else []

@@ -44,10 +44,11 @@ class EaglePolicy(Policy):
         last = pool.depth >= self.params.depth
         frontier = set() if last else set(top_indices(pool.score, self.params.top_k))
         threshold = min((pool.score[i] for i in frontier), default=None)
-        decisions = [
-            Decision(kept=True, expanded=i in frontier, reason="depth_limit" if last else "topk", threshold=threshold)
-            for i in range(len(pool))
-        ]
+        reason = "depth_limit" if last else "topk"
+        # Every candidate is kept: two records serve the whole pool (nothing edits a decision afterwards).
+        grown, leaf = (Decision(kept=True, expanded=expanded, reason=reason, threshold=threshold)
+                       for expanded in (True, False))
+        decisions = [grown if i in frontier else leaf for i in range(len(pool))]
         return LayerSelection(decisions=decisions, threshold=threshold)
 
     def finalize(self, tree: DraftTree) -> Rerank:

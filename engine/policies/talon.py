@@ -76,6 +76,11 @@ class TalonPolicy(Policy):
             _stop_growing(selection)
         return selection
 
+    def pool_floor(self, depth: int) -> float | None:
+        """μ at a gated layer: a candidate below μ·m_d fails the gate, and the gate's anchor m_d, the kept set
+        (ranked by score, ties by pool order) and the budget stop read only candidates that pass it."""
+        return None if depth <= self.params.forced_layers else self.params.mu
+
     def _select_top_k(self, pool: Pool, remaining: int) -> LayerSelection:
         ranked = top_indices(pool.score, self.params.top_k)
         kept = set(ranked[:remaining])
