@@ -9,7 +9,7 @@ from engine.drafting import grow_tree, pool_from
 from engine.errors import RequestError
 from engine.policies import POLICIES, make_policy
 from engine.costs import CostTable
-from engine.policies.base import PolicyContext, Pool, StepOutcome, rerank_top
+from engine.policies.base import PolicyContext, Pool, StepOutcome, rerank_top, top_indices
 from engine.timing import Timings
 from engine.tree import DraftTree
 from tiny_models import StubDrafter
@@ -222,3 +222,13 @@ def test_bad_talon_parameters_are_named(params, field):
 def test_unknown_policy_is_named():
     with pytest.raises(RequestError, match="unknown policy"):
         make_policy("medusa")
+
+
+def test_top_indices_orders_by_value_then_index_on_pools_full_of_ties():
+    """The order every top-K policy ranks by: larger value first, the lower index among equals (0.0 and -0.0
+    equal too)."""
+    rng = random.Random(0)
+    for _ in range(500):
+        values = [rng.choice([0.0, -0.0, 0.1, 0.5, 0.3, 1e-9]) for _ in range(rng.randint(0, 40))]
+        k = rng.randint(0, 45)
+        assert top_indices(values, k) == sorted(range(len(values)), key=lambda i: (-values[i], i))[:k]
