@@ -3,7 +3,8 @@
     python scripts/products_bench.py --against 56a7c35 --ns 1,4,8,12,16 --rounds 12
 
 Both kernels are built from source (this tree's and `git show REV:engine/models/native/forward.c`), each
-pairing the weights as its own `PAIR_ROWS` says, and run SmolLM2's product shapes (the LM head, gate/up,
+pairing the weights as its own `PAIR_ROWS` says (and, on the tile path, given a copy in tiles, `tile_rows`,
+where it reads one), and run SmolLM2's product shapes (the LM head, gate/up,
 down) on weights far larger than the caches, so every product streams them from memory as a forward
 does. Rounds shuffle the kernels' order, so neither always runs right after the other on the same
 weights. Prints GB/s of weights read (median and best over the rounds) per shape, n and kernel, and first
@@ -30,16 +31,19 @@ from engine.models import native
 SHAPES = ((49152, 576, 3), (3072, 576, 40), (576, 1536, 80))  # rows, inputs, copies: ≥ 140 MB of weights each
 
 
-def build(source: str, directory: Path, name: str, amx: bool) -> tuple[ctypes.CDLL, int]:
-    """The kernel built from `source`, and the PAIR_ROWS it pairs weights by."""
+def build(source: str, directory: Path, name: str, amx: bool) -> tuple[ctypes.CDLL, int, bool]:
+    """The kernel built from `source`, the PAIR_ROWS it pairs weights by, and whether it takes a copy of the
+    weights in tiles (`tile_rows`; older kernels read them only as they lie)."""
     path, out = directory / f"{name}.c", directory / f"{name}.so"
     path.write_text(source)
     subprocess.run(["gcc", *native.FLAGS, "-o", str(out), str(path), "-lm"], check=True)
     library = ctypes.CDLL(str(out))
     pointer, integer = ctypes.c_void_p, ctypes.c_int
-    library.linear.argtypes = [pointer, integer, integer, pointer, pointer, integer, pointer, integer]
+    tiled = "lm_head_tiles" in source  # linear takes W, W in tiles, W paired (older kernels: W, W paired)
+    library.linear.argtypes = [pointer, integer, integer, *[pointer] * (3 if tiled else 2), integer, pointer,
+                               integer]
     library.native_use_amx(int(amx))
-    return library, int(re.search(r"#define PAIR_ROWS (\d+)", source).group(1))
+    return library, int(re.search(r"#define PAIR_ROWS (\d+)", source).group(1)), tiled
 
 
 def main() -> None:
@@ -59,13 +63,15 @@ def main() -> None:
         weights = {(rows, k): [torch.randn(rows, k).to(torch.bfloat16) for _ in range(copies)]
                    for rows, k, copies in SHAPES}
         pairs = {(shape, name): [native.pair_rows(w, rows_per) for w in ws]
-                 for shape, ws in weights.items() for name, (_, rows_per) in kernels.items()}
+                 for shape, ws in weights.items() for name, (_, rows_per, _) in kernels.items()}
+        tiles = {shape: [native.tile_rows(w) for w in ws] for shape, ws in weights.items()} if args.amx else {}
 
         def run(name: str, shape: tuple[int, int], x: torch.Tensor, out: torch.Tensor, copy: int | None = None):
-            library = kernels[name][0]
+            library, _, tiled = kernels[name]
             for i, weight in enumerate(weights[shape]):
                 if copy is None or i == copy:
-                    library.linear(x.data_ptr(), x.shape[0], shape[1], weight.data_ptr(),
+                    laid = [tiles[shape][i].data_ptr() if shape in tiles else None] if tiled else []
+                    library.linear(x.data_ptr(), x.shape[0], shape[1], weight.data_ptr(), *laid,
                                    pairs[(shape, name)][i].data_ptr(), shape[0], out.data_ptr(), args.threads)
 
         for shape in weights:  # the same bits from both, or the timing compares different work

@@ -227,12 +227,13 @@ def test_a_products_bits_depend_on_neither_the_tokens_beside_it_nor_how_the_thre
     generator = torch.Generator().manual_seed(rows)
     weight = torch.randn(rows, inputs, generator=generator).to(torch.bfloat16)
     amx = library.native_amx_active() and rows % 16 == 0
-    pairs = None if amx else native.pair_rows(weight)
+    tiles, pairs = (native.tile_rows(weight), None) if amx else (None, native.pair_rows(weight))
 
     def product(x: torch.Tensor, threads: int) -> torch.Tensor:
         out = torch.empty(x.shape[0], rows, dtype=torch.bfloat16)
         code = library.linear(x.data_ptr(), x.shape[0], inputs, weight.data_ptr(),
-                              None if pairs is None else pairs.data_ptr(), rows, out.data_ptr(), threads)
+                              None if tiles is None else tiles.data_ptr(), None if pairs is None else pairs.data_ptr(),
+                              rows, out.data_ptr(), threads)
         assert code == 0
         return out
 

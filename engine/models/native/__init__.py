@@ -10,8 +10,9 @@ torch has already loaded, so its threads are torch's threads.
 `NativeForward` holds the pointers of one `FastLM`'s weights and runs its
 forward of up to `native_max_tokens()` (256) tokens a call: see forward.c for
 what it computes and how it rounds. Where AMX is not active the products read
-the weights paired (`pair_rows`): one copy, made at load where this CPU takes
-that path (on first use where a test switches to it). `KernelLinear`
+the weights paired (`pair_rows`); where it is, as they lie and, for more than
+16 tokens, from a copy in tiles (`tile_rows`): one copy, made at load for the
+path this CPU takes (on first use for the other, where a test switches to it). `KernelLinear`
 puts the kernel's product under a bfloat16 `nn.Linear` (the EAGLE-3 head's
 fusion of the target's features): `use_kernel_linears(module)` swaps them in
 where it can. `NativeHead` runs a whole draft forward of the EAGLE-3 head in
@@ -124,6 +125,7 @@ class Dims(ctypes.Structure):
 
 class LayerWeights(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in ("qkv", "o", "gate_up", "down", "attn_norm", "mlp_norm",
+                                                     "qkv_tiles", "o_tiles", "gate_up_tiles", "down_tiles",
                                                      "qkv_pairs", "o_pairs", "gate_up_pairs", "down_pairs")]
 
 
@@ -132,7 +134,7 @@ class Forward(ctypes.Structure):
                 + [(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns", "threads")]
                 + [(name, ctypes.c_void_p) for name in
                    ("positions", "cos", "sin_signed", "kv", "mask", "layers", "final_norm", "lm_head",
-                    "lm_head_pairs", "x",
+                    "lm_head_tiles", "lm_head_pairs", "x",
                     "normed", "qkv", "heads_out", "projected", "gate_up", "mlp", "logits", "features",
                     "feature_slot", "timings")])
 
@@ -149,9 +151,9 @@ class HeadStep(ctypes.Structure):
                 + [(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns", "threads",
                                                      "first_logit", "norm_before_residual")]
                 + [(name, ctypes.c_void_p) for name in
-                   ("positions", "cos", "sin_signed", "kv", "mask", "layer", "hidden_norm", "final_norm", "lm_head",
-                    "lm_head_pairs", "embeds", "state", "attn_in", "x", "normed", "qkv", "heads_out", "projected",
-                    "gate_up", "mlp", "logits")])
+                   ("positions", "cos", "sin_signed", "kv", "mask", "layer", "hidden_norm", "final_norm",
+                    "lm_head", "lm_head_tiles", "lm_head_pairs", "embeds", "state", "attn_in", "x", "normed", "qkv",
+                    "heads_out", "projected", "gate_up", "mlp", "logits")])
 
 
 def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
@@ -177,7 +179,7 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.native_struct_sizes.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     library.native_struct_sizes.restype = None
     library.linear.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                               ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+                               ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     library.linear.restype = ctypes.c_int
     return library
 
@@ -223,6 +225,32 @@ def pair_rows(weight: torch.Tensor, group: int = PAIR_ROWS) -> torch.Tensor:
     return pairs.view(-1, group, k // 2).transpose(1, 2).contiguous()
 
 
+TILED_INPUTS = 1024  # products of at most this many inputs get a copy in tiles (see `tiles_pay`)
+
+
+def tiles_pay(weight: torch.Tensor) -> bool:
+    """Whether the AMX path is given this weight in tiles too: 16-row groups, rows of at most TILED_INPUTS
+    inputs. Longer rows stream well as they lie (`scripts/products_bench.py --amx`, Xeon: the 1 536-input
+    down product ran as fast from tiles or a little slower, the 576-input ones 8–13 % faster at 32–64
+    tokens)."""
+    return weight.shape[0] % 16 == 0 and weight.shape[1] <= TILED_INPUTS
+
+
+def tile_rows(weight: torch.Tensor) -> torch.Tensor:
+    """W [R, K] bf16 (R a multiple of 16, K of 32) as the AMX path reads it for more than 16 tokens:
+    [R/16, K/32, 16, 32], each 16 × 32 tile of W one 1 KB block, the tiles in the order matmul_amx reads
+    them (forward.c).
+
+    >>> w = torch.arange(32 * 64, dtype=torch.float32).view(32, 64).to(torch.bfloat16)
+    >>> tiles = tile_rows(w)
+    >>> tiles.shape, bool(tiles[1, 1, 2, 3] == w[16 + 2, 32 + 3])
+    (torch.Size([2, 2, 16, 32]), True)
+    """
+    rows, k = weight.shape
+    assert rows % 16 == 0 and k % 32 == 0, "AMX tiles take 16 rows of 32 inputs"
+    return weight.detach().reshape(rows // 16, 16, k // 32, 32).transpose(1, 2).contiguous()
+
+
 def unsupported_shape(config) -> str | None:
     """Why the kernel's blocking cannot take these dimensions, or None."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -254,16 +282,38 @@ class NativeForward:
         self.lm = lm
         self.max_tokens = self.library.native_max_tokens()
         self.pairs: list[torch.Tensor] | None = None  # the weights paired, for the dot-product path
+        self.tiles: list[torch.Tensor] | None = None  # the weights in tiles, for the AMX path's wide products
+        self.lm_head_tiles = None
         # AMX tiles take 16 output rows at a time: an output head of another size is paired on that path too
         self.lm_head_pairs = pair_rows(lm.lm_head) if lm.lm_head.shape[0] % 16 else None
         self.timings = None  # a ctypes double[4] to add each stage's seconds into (glue, products, attention, output)
         self._feature_slots: dict[tuple[int, ...], torch.Tensor] = {}  # layers asked for -> [layers + 1] int32
         self._buffers: dict[int, dict[str, torch.Tensor]] = {}  # scratch per number of tokens
-        if not self.library.native_amx_active():  # the path this CPU takes: pair now, not in the first forward
+        self._lay_out_weights()  # for the path this CPU takes: now, not in the first forward
+
+    def _lay_out_weights(self) -> None:
+        """The copy of the weights the path active now reads, made where it is missing."""
+        if self.library.native_amx_active():
+            if self.tiles is None:
+                self._tile_weights()
+        elif self.pairs is None:
             self._pair_weights()
 
+    def _tile_weights(self) -> None:
+        """The AMX path's copy of every product's weights in tiles (it reads them for more than 16 tokens)."""
+        lm = self.lm
+        self.tiles = []
+        for layer, weights in zip(lm.layers, self.layers):
+            for name in ("qkv", "o", "gate_up", "down"):
+                if tiles_pay(getattr(layer, name)):
+                    tiles = tile_rows(getattr(layer, name))
+                    self.tiles.append(tiles)
+                    setattr(weights, f"{name}_tiles", tiles.data_ptr())
+        if tiles_pay(lm.lm_head):
+            self.lm_head_tiles = tile_rows(lm.lm_head)
+
     def _pair_weights(self) -> None:
-        """The dot-product path's copy of every product's weights (the AMX path reads them as they lie)."""
+        """The dot-product path's copy of every product's weights."""
         lm = self.lm
         self.pairs = []
         for layer, weights in zip(lm.layers, self.layers):
@@ -334,11 +384,11 @@ class NativeForward:
         slots = sorted(set(feature_layers))
         features = new(len(slots), n, hidden) if slots else None
         feature_slot = self._feature_slot(tuple(slots))
-        if self.pairs is None and not self.library.native_amx_active():
-            self._pair_weights()
+        self._lay_out_weights()
         scratch = {**self._scratch(n, hidden, width, dims.heads * dims.head_dim, inter), "feature_slot": feature_slot}
         call = Forward(dims=ctypes.pointer(dims), threads=team_size(), layers=ctypes.addressof(self.layers),
                        final_norm=_address(lm.norm), lm_head=_address(lm.lm_head),
+                       lm_head_tiles=_address(self.lm_head_tiles),
                        lm_head_pairs=_address(self.lm_head_pairs), x=_address(x),
                        **{k: _address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected", "gate_up",
                                                             "mlp")},
@@ -386,17 +436,21 @@ class KernelLinear(nn.Module):
         self.weight = source.weight  # [R, K], shared
         self.in_features, self.out_features = source.in_features, source.out_features
         self.library = kernel()
-        self._pairs: tuple[int, torch.Tensor] | None = None  # (the weight's version, the weight paired)
+        self._laid: tuple[tuple, torch.Tensor] | None = None  # ((the weight's version, tiled), its copy)
 
-    def _paired(self) -> int | None:
-        """The address of the weight paired for the dot-product path (None on the AMX path), made again
-        whenever the weight has changed in place since."""
-        if self.library.native_amx_active() and self.out_features % 16 == 0:
-            return None  # AMX tiles read the weight as it lies
-        version = self.weight._version
-        if self._pairs is None or self._pairs[0] != version:
-            self._pairs = (version, pair_rows(self.weight.detach()))
-        return self._pairs[1].data_ptr()
+    def _laid_out(self) -> tuple[int | None, int | None]:
+        """The addresses of the weight in tiles and paired, None where the path active now reads none: AMX
+        reads the weight as it lies, and tiles where they pay, the dot products pairs. Made again whenever the
+        weight has changed in place since."""
+        amx = bool(self.library.native_amx_active()) and self.out_features % 16 == 0
+        if amx and not tiles_pay(self.weight):
+            return None, None
+        key = (self.weight._version, amx)
+        if self._laid is None or self._laid[0] != key:
+            weight = self.weight.detach()
+            self._laid = (key, tile_rows(weight) if amx else pair_rows(weight))
+        address = self._laid[1].data_ptr()
+        return (address, None) if amx else (None, address)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
@@ -406,8 +460,8 @@ class KernelLinear(nn.Module):
         if rows.shape[0] == 0:
             return x.new_empty(*x.shape[:-1], self.out_features)
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.bfloat16)  # [N, R]
-        code = self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(),
-                                   self._paired(), self.out_features, out.data_ptr(), team_size())
+        code = self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(), *self._laid_out(),
+                                   self.out_features, out.data_ptr(), team_size())
         if code:
             raise refused(code, "linear")
         return out.view(*x.shape[:-1], self.out_features)
@@ -472,11 +526,13 @@ class NativeHead:
         norms = (layer.input_layernorm, layer.hidden_norm, layer.post_attention_layernorm, head.norm)
         self.norms = [n.weight.detach().contiguous() for n in norms]
         amx = self.library.native_amx_active()
+        tiles = {name: tile_rows(w) for name, w in self.weights.items() if amx and tiles_pay(w)}
         pairs = {name: pair_rows(w) for name, w in self.weights.items() if not amx or w.shape[0] % 16}
-        self.pairs = pairs
+        self.tiles, self.pairs = tiles, pairs
         w = self.weights
         self.layer = LayerWeights(*(_address(t) for t in (w["qkv"], w["o"], w["gate_up"], w["down"], self.norms[0],
                                                           self.norms[2])),
+                                  *(_address(tiles.get(name)) for name in ("qkv", "o", "gate_up", "down")),
                                   *(_address(pairs.get(name)) for name in ("qkv", "o", "gate_up", "down")))
         self._version = self._versions()
 
@@ -533,7 +589,7 @@ class NativeHead:
                         team_size(), first_logit, int(self.head.norm_before_residual),
                         _address(positions), _address(cos), _address(sin_signed), _address(kv), _address(mask),
                         ctypes.addressof(self.layer), _address(self.norms[1]), _address(self.norms[3]),
-                        _address(self.weights["lm_head"]),
+                        _address(self.weights["lm_head"]), _address(self.tiles.get("lm_head")),
                         _address(self.pairs.get("lm_head")), _address(embeds), _address(state),
                         scratch[0].data_ptr(), out.data_ptr(), *(t.data_ptr() for t in scratch[1:]), logits.data_ptr())
         code = self.library.head_step(ctypes.byref(call))

@@ -52,6 +52,8 @@ typedef struct {
 
 typedef struct {
     const bf16 *qkv, *o, *gate_up, *down, *attn_norm, *mlp_norm;
+    const bf16 *qkv_tiles, *o_tiles, *gate_up_tiles, *down_tiles; /* the same weights in AMX's tiles (see
+                                                                     matmul_amx); NULL where AMX does not run */
     const uint32_t *qkv_pairs, *o_pairs, *gate_up_pairs, *down_pairs; /* the same weights paired (see
                                                                         matmul_pairs); NULL on the AMX path */
 } LayerWeights;
@@ -209,9 +211,10 @@ static inline void transpose16(__m512i rows[16]) {
 }
 
 #ifdef __AMX_BF16__
-/* AMX: a tile product C[16 r, 16 t] += A[16 r, 32 k] · B[16 k-pairs, 16 t, 2] takes the weights as they
- * lie (A: 16 rows of W, stride K) and the activations packed in pairs of k ("VNNI"), so up to 64 tokens
- * cost one pass over the weights: a 16-token verify reads what a one-token forward reads. */
+/* AMX: a tile product C[16 r, 16 t] += A[16 r, 32 k] · B[16 k-pairs, 16 t, 2] takes 16 rows × 32 inputs of
+ * the weights (as they lie, or from a copy in tiles: see matmul_amx) and the activations packed in pairs of
+ * k ("VNNI"), so up to 64 tokens cost one pass over the weights: a 16-token verify reads what a one-token
+ * forward reads. */
 #include <sys/syscall.h>
 #include <unistd.h>
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -266,15 +269,35 @@ static inline void amx_store(int r0, int t0, int n, int R, bf16 *out, float c[16
     for (int t = t0; t < n && t < t0 + 16; t++) store16(out + (size_t)t * R + r0, _mm512_castsi512_ps(rows[t - t0]));
 }
 
-static void matmul_amx(const uint32_t *packed, int n, int K, const bf16 *W, int R, bf16 *out) {
+/* Where the weights are read from. Up to 16 tokens, as they lie: a group's 16 rows (2K bytes apart) are
+ * 16 streams the prefetchers run side by side, and one token's products keep up with them. From 17
+ * tokens on the tile unit works longer on each tile and those streams fall behind, most where rows are
+ * short (576 inputs: 18 lines a row, which the prefetchers barely learn before they end); then the tiles
+ * come from Wt [R/16][K/32][16][32], W[16g + i, 32j + k] at Wt[g][j][i][k] (engine/models/native/
+ * __init__.py's `tile_rows`), each A tile 1 KB in a row and the tiles in reading order, each asked into L1
+ * PREFETCH_TILES tiles ahead while the tile unit works on the ones before it. The same tiles either way,
+ * so the same bits. `scripts/products_bench.py --amx` on the Xeon measures both (docs/fastpath.md). */
+#define PREFETCH_TILES 16
+
+static void matmul_amx(const uint32_t *packed, int n, int K, const bf16 *W, const bf16 *Wt, int R, bf16 *out) {
     const int blocks = (n + 15) / 16;
+    const int tiled = blocks > 1 && Wt != NULL;
     const size_t block_size = (size_t)K / 2 * 16;
     float c[16][16] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
     for (int r0 = 0; r0 < R; r0 += 16) {
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        const bf16 *tiles = tiled ? Wt + (size_t)r0 * K : NULL; /* this group's K/32 tiles of 512 */
         for (int k = 0; k < K; k += 32) {
-            _tile_loadd(4, W + (size_t)r0 * K + k, K * 2);
+            if (tiled) {
+                const bf16 *tile = tiles + (size_t)k * 16;
+                /* never faults past the end (a prefetch does not); the tile there is the next group's or none */
+                for (int line = 0; line < 16; line++)
+                    _mm_prefetch((const char *)(tile + PREFETCH_TILES * 512) + 64 * line, _MM_HINT_T0);
+                _tile_loadd(4, tile, 64);
+            } else {
+                _tile_loadd(4, W + (size_t)r0 * K + k, K * 2);
+            }
             const uint32_t *b = packed + (size_t)k / 2 * 16;
             _tile_loadd(5, b, 64); _tile_dpbf16ps(0, 4, 5);
             if (blocks > 1) { _tile_loadd(5, b + block_size, 64); _tile_dpbf16ps(1, 4, 5); }
@@ -299,23 +322,24 @@ static uint32_t *pairs_scratch(int widest) {
 }
 
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch
- * (NULL without AMX, where `Wp` holds the weights paired). AMX takes the tokens 64 at a time (one pass
+ * (NULL without AMX, where `Wp` holds the weights paired); `Wt`: W in tiles, or NULL (see matmul_amx). AMX takes the tokens 64 at a time (one pass
  * over the weights each); on both paths every output is the same sum in the same order whatever N is,
  * so a token's logits do not depend on the tokens beside it. */
-static void matmul(const bf16 *x, int n, int K, const bf16 *W, const uint32_t *Wp, int R, bf16 *out,
-                   uint32_t *packed) {
+static void matmul(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, int R,
+                   bf16 *out, uint32_t *packed) {
 #ifdef __AMX_BF16__
     if (packed != NULL && R % 16 == 0) {
         for (int t0 = 0; t0 < n; t0 += AMX_MAX_TOKENS) {
             int chunk = n - t0 < AMX_MAX_TOKENS ? n - t0 : AMX_MAX_TOKENS;
             amx_pack(x + (size_t)t0 * K, chunk, K, packed);
-            matmul_amx(packed, chunk, K, W, R, out + (size_t)t0 * R);
+            matmul_amx(packed, chunk, K, W, Wt, R, out + (size_t)t0 * R);
         }
         return;
     }
 #endif
     (void)packed;
     (void)W;
+    (void)Wt;
     matmul_pairs(x, n, K, Wp, R, out);
 }
 
@@ -341,19 +365,20 @@ int native_amx_active(void) {
  * at most this many, which gives the same bits: no output depends on the tokens beside it). */
 int native_max_tokens(void) { return MAX_TOKENS; }
 
-/* out [N, R] = x [N, K] @ W [R, K]ᵀ alone, for the draft head's products: one parallel region. `Wp`:
- * W paired (matmul_pairs), needed where AMX is not active. */
-int linear(const bf16 *x, int n, int K, const bf16 *W, const uint32_t *Wp, int R, bf16 *out, int threads) {
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ alone, for the draft head's products: one parallel region. `Wt`: W in
+ * AMX's tiles (matmul_amx) or NULL; `Wp`: W paired (matmul_pairs), needed where AMX is not active. */
+int linear(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, int R, bf16 *out,
+           int threads) {
     if (K % 32 || R % 4 || n < 1) return NATIVE_BAD_DIMS;
     uint32_t *packed = pairs_scratch(K);
     if (packed == NULL && native_amx_active()) return NATIVE_NO_MEMORY;
-    if ((packed == NULL || R % 16) && Wp == NULL) return NATIVE_NO_PAIRS; /* AMX tiles take 16 rows at a time */
+    if ((packed == NULL || R % 16) && Wp == NULL) { free(packed); return NATIVE_NO_PAIRS; } /* tiles: 16 rows */
 #pragma omp parallel num_threads(threads)
     {
 #ifdef __AMX_BF16__
         if (packed) amx_configure();
 #endif
-        matmul(x, n, K, W, Wp, R, out, packed);
+        matmul(x, n, K, W, Wt, Wp, R, out, packed);
 #ifdef __AMX_BF16__
         if (packed) _tile_release();
 #endif
@@ -589,6 +614,7 @@ typedef struct {
     const uint8_t *mask;               /* [N, M] or NULL */
     const LayerWeights *layers;        /* [L] */
     const bf16 *final_norm, *lm_head;  /* [H], [V, H] */
+    const bf16 *lm_head_tiles;         /* lm_head in AMX's tiles, or NULL (see matmul_amx) */
     const uint32_t *lm_head_pairs;     /* lm_head paired, or NULL on the AMX path */
     bf16 *x;                           /* [N, H]: the embeddings in, the residual stream through */
     bf16 *normed, *qkv, *heads_out, *projected, *gate_up, *mlp; /* scratch */
@@ -677,8 +703,9 @@ static int check_batch(const Forward *f, const Sequence *seqs, int count) {
         rows += seqs[s].n;
     }
     if (rows != f->n) return NATIVE_BAD_DIMS;
-    if (native_amx_active() && D->vocab % 16 && f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS; /* tiles: 16 rows */
-    if (!native_amx_active()) {
+    if (native_amx_active()) {
+        if (D->vocab % 16 && f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS; /* tiles take 16 rows */
+    } else {
         if (f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS;
         for (int l = 0; l < D->layers; l++) {
             const LayerWeights *w = &f->layers[l];
@@ -765,7 +792,7 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
     const int width = (h + 2 * g) * d, group = h / g;
     const int amx = c->packed != NULL;
     const Layout *layout = c->layout;
-    matmul(c->attn_in, n, c->in_width, w->qkv, w->qkv_pairs, width, c->qkv, c->packed);
+    matmul(c->attn_in, n, c->in_width, w->qkv, w->qkv_tiles, w->qkv_pairs, width, c->qkv, c->packed);
     mark(clock, 1);
 #pragma omp for schedule(static)
     for (int row = 0; row < n; row++) { /* RoPE on q and k; k and v into the sequence's cache at slot start + t */
@@ -785,7 +812,7 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
     mark(clock, 0);
     attend_share(D, c, layout, group, width, amx);
     mark(clock, 2);
-    matmul(c->heads_out, n, h * d, w->o, w->o_pairs, H, c->projected, c->packed);
+    matmul(c->heads_out, n, h * d, w->o, w->o_tiles, w->o_pairs, H, c->projected, c->packed);
     mark(clock, 1);
 #pragma omp single
     {
@@ -793,13 +820,13 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
         rms_norm(c->x, n, H, w->mlp_norm, D->eps, c->normed);
     }
     mark(clock, 0);
-    matmul(c->normed, n, H, w->gate_up, w->gate_up_pairs, 2 * I, c->gate_up, c->packed);
+    matmul(c->normed, n, H, w->gate_up, w->gate_up_tiles, w->gate_up_pairs, 2 * I, c->gate_up, c->packed);
     mark(clock, 1);
 #pragma omp for schedule(static)
     for (int t = 0; t < n; t++)
         silu_times(c->gate_up + (size_t)t * 2 * I, c->gate_up + (size_t)t * 2 * I + I, I, c->mlp + (size_t)t * I);
     mark(clock, 0);
-    matmul(c->mlp, n, I, w->down, w->down_pairs, H, c->projected, c->packed);
+    matmul(c->mlp, n, I, w->down, w->down_tiles, w->down_pairs, H, c->projected, c->packed);
     mark(clock, 1);
 #pragma omp single
     add_rounded(c->x, c->projected, (size_t)n * H);
@@ -858,7 +885,7 @@ int forward_batch(const Forward *f, const Sequence *seqs, int count) {
             save_feature(f, D->layers, f->normed);
         }
         mark(&clock, 0);
-        matmul(f->normed, n, H, f->lm_head, f->lm_head_pairs, D->vocab, f->logits, packed);
+        matmul(f->normed, n, H, f->lm_head, f->lm_head_tiles, f->lm_head_pairs, D->vocab, f->logits, packed);
         mark(&clock, 3);
 #ifdef __AMX_BF16__
         if (packed) _tile_release();
@@ -887,6 +914,7 @@ typedef struct {
     const uint8_t *mask;                /* [N, M] or NULL */
     const LayerWeights *layer;          /* attn_norm: input_layernorm (of the embeddings) */
     const bf16 *hidden_norm, *final_norm, *lm_head;
+    const bf16 *lm_head_tiles;          /* lm_head in AMX's tiles, or NULL (see matmul_amx) */
     const uint32_t *lm_head_pairs;
     const bf16 *embeds, *state;         /* [N, H] each */
     bf16 *attn_in;                      /* [N, 2H] scratch */
@@ -903,7 +931,7 @@ int head_step(const HeadStep *s) {
     const Forward as_forward = {.dims = D, .n = n, .start = s->start, .capacity = s->capacity,
                                 .masked_columns = s->masked_columns, .positions = s->positions, .cos = s->cos,
                                 .sin_signed = s->sin_signed, .kv = s->kv, .mask = s->mask, .layers = s->layer,
-                                .lm_head_pairs = s->lm_head_pairs};
+                                .lm_head_tiles = s->lm_head_tiles, .lm_head_pairs = s->lm_head_pairs};
     const Sequence only = sequence_of(&as_forward);
     const int refused = check_batch(&as_forward, &only, 1);
     if (refused) return refused;
@@ -940,7 +968,7 @@ int head_step(const HeadStep *s) {
         const int rows = n - s->first_logit;
 #pragma omp single
         rms_norm(s->x + (size_t)s->first_logit * H, rows, H, s->final_norm, D->eps, s->normed);
-        matmul(s->normed, rows, H, s->lm_head, s->lm_head_pairs, D->vocab, s->logits, packed);
+        matmul(s->normed, rows, H, s->lm_head, s->lm_head_tiles, s->lm_head_pairs, D->vocab, s->logits, packed);
 #ifdef __AMX_BF16__
         if (packed) _tile_release();
 #endif
