@@ -240,12 +240,13 @@ class FastLM(LanguageModel):
         tokens = [token for share in chosen for token in share.tokens]
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [ΣN, H]
         logits, features = self.kernel.batch(x, sequences, wanted)
+        logits = native.widen(logits)  # [ΣN, V] float32, each share's rows a view of it
         outputs, row = {}, 0
         for index, share, seen in zip(indices, chosen, features):
             n = len(share.tokens)
             share.lm.length += n
             hidden = tuple(seen[wanted.index(layer % layers)] for layer in share.hidden_layers)
-            outputs[index] = ForwardOutput(logits=logits[row:row + n].float(), hidden=hidden)
+            outputs[index] = ForwardOutput(logits=logits[row:row + n], hidden=hidden)
             row += n
         return outputs
 
@@ -315,9 +316,9 @@ class FastLM(LanguageModel):
             logits.append(part)
             features.append(seen)
         if len(logits) == 1:  # every decode and verify step: nothing to join
-            return ForwardOutput(logits=logits[0].float(), hidden=tuple(features[0]))
+            return ForwardOutput(logits=native.widen(logits[0]), hidden=tuple(features[0]))
         hidden = tuple(torch.cat([f[i] for f in features]) for i in range(len(wanted)))
-        return ForwardOutput(logits=torch.cat(logits).float(), hidden=hidden)
+        return ForwardOutput(logits=native.widen(torch.cat(logits)), hidden=hidden)
 
     def _layer(self, index: int, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                parts: list["_Part"]) -> torch.Tensor:

@@ -172,6 +172,8 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.top_k_lse.restype = ctypes.c_int
     library.argmax_row.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
     library.argmax_row.restype = ctypes.c_int64
+    library.native_widen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+    library.native_widen.restype = None
     library.native_max_tokens.restype = ctypes.c_int
     library.native_amx_active.restype = ctypes.c_int
     library.native_use_amx.argtypes = [ctypes.c_int]
@@ -641,6 +643,20 @@ def top_k_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor,
     if code:
         raise refused(code, "top-k")
     return values, indices, lse
+
+
+def widen(x: torch.Tensor) -> torch.Tensor:
+    """x.float() for a bfloat16 CPU tensor, the same values (bf16 → float32 is exact) on the kernel's team.
+
+    >>> x = torch.randn(3, 37).to(torch.bfloat16)
+    >>> torch.equal(widen(x), x.float())
+    True
+    """
+    assert x.dtype == torch.bfloat16 and x.device.type == "cpu", (x.dtype, x.device)
+    x = x.contiguous()
+    out = torch.empty(x.shape, dtype=torch.float32)
+    kernel().native_widen(x.data_ptr(), x.numel(), out.data_ptr(), team_size())
+    return out
 
 
 def argmax_row(logits: torch.Tensor, row: int) -> int:

@@ -1051,6 +1051,16 @@ int top_k_lse(const bf16 *logits, int rows, int V, int k, float *lse, int64_t *i
     return NATIVE_OK;
 }
 
+/* out = x widened to float32, exact (a shift), on `threads` threads: the logits the engine reads come out of a
+ * forward as bfloat16, and torch's own copy runs on the one thread the engine leaves it beside the kernel's
+ * team (engine/models/device.py): 2 ms for a 61-node tree's 3 M logits on the Xeon, a fifth of that here. */
+void native_widen(const bf16 *x, int64_t n, float *out, int threads) {
+    const int64_t vectors = n / 16;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < vectors; i++) _mm512_storeu_ps(out + 16 * i, load16(x + 16 * i));
+    for (int64_t i = 16 * vectors; i < n; i++) out[i] = bf16_to_float(x[i]);
+}
+
 /* Row `row` of float32 logits [·, V]: the index of its largest value, the first where several tie and the
  * first NaN where there is one, as torch's argmax answers (which takes ~60 µs over a row of 49 152 on this
  * machine's torch, a fiftieth of that here): greedy acceptance reads one such index per node it visits.
