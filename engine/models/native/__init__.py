@@ -12,8 +12,8 @@ forward of up to `native_max_tokens()` (256) tokens a call: see forward.c for
 what it computes and how it rounds. Where AMX is not active the products read
 the weights paired (`pair_rows`); where it is, as they lie and, for more than
 16 tokens, from a copy in tiles (`tile_rows`): one copy, made at load for the
-path this CPU takes (on first use for the other, where a test switches to it). `KernelLinear`
-puts the kernel's product under a bfloat16 `nn.Linear` (the EAGLE-3 head's
+path this CPU takes (on first use for the other, where a test switches to
+it). `KernelLinear` puts the kernel's product under a bfloat16 `nn.Linear` (the EAGLE-3 head's
 fusion of the target's features): `use_kernel_linears(module)` swaps them in
 where it can. `NativeHead` runs a whole draft forward of the EAGLE-3 head in
 one call (`head_step`). Every call returns 0 or a code `REFUSALS` says in words.
@@ -462,8 +462,8 @@ class KernelLinear(nn.Module):
         if rows.shape[0] == 0:
             return x.new_empty(*x.shape[:-1], self.out_features)
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.bfloat16)  # [N, R]
-        code = self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(), *self._laid_out(),
-                                   self.out_features, out.data_ptr(), team_size())
+        code = self.library.linear(rows.data_ptr(), rows.shape[0], self.in_features, weight.data_ptr(),
+                                   *self._laid_out(), self.out_features, out.data_ptr(), team_size())
         if code:
             raise refused(code, "linear")
         return out.view(*x.shape[:-1], self.out_features)

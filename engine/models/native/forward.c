@@ -322,9 +322,9 @@ static uint32_t *pairs_scratch(int widest) {
 }
 
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch
- * (NULL without AMX, where `Wp` holds the weights paired); `Wt`: W in tiles, or NULL (see matmul_amx). AMX takes the tokens 64 at a time (one pass
- * over the weights each); on both paths every output is the same sum in the same order whatever N is,
- * so a token's logits do not depend on the tokens beside it. */
+ * (NULL without AMX, where `Wp` holds the weights paired); `Wt`: W in tiles, or NULL (see matmul_amx).
+ * AMX takes the tokens 64 at a time (one pass over the weights each); on both paths every output is the
+ * same sum in the same order whatever N is, so a token's logits do not depend on the tokens beside it. */
 static void matmul(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, int R,
                    bf16 *out, uint32_t *packed) {
 #ifdef __AMX_BF16__
@@ -703,9 +703,8 @@ static int check_batch(const Forward *f, const Sequence *seqs, int count) {
         rows += seqs[s].n;
     }
     if (rows != f->n) return NATIVE_BAD_DIMS;
-    if (native_amx_active()) {
-        if (D->vocab % 16 && f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS; /* tiles take 16 rows */
-    } else {
+    if (native_amx_active() && D->vocab % 16 && f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS; /* tiles: 16 rows */
+    if (!native_amx_active()) {
         if (f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS;
         for (int l = 0; l < D->layers; l++) {
             const LayerWeights *w = &f->layers[l];
