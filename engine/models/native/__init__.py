@@ -294,37 +294,30 @@ class NativeForward:
         self._lay_out_weights()  # for the path this CPU takes: now, not in the first forward
 
     def _lay_out_weights(self) -> None:
-        """The copy of the weights the path active now reads, made where it is missing."""
+        """The copy of the weights the path active now reads, made where it is missing: in tiles for AMX's
+        wide products (where they pay), paired for the dot products."""
+        lm = self.lm
         if self.library.native_amx_active():
             if self.tiles is None:
-                self._tile_weights()
+                self.tiles = self._copies("tiles", tile_rows, tiles_pay)
+                if tiles_pay(lm.lm_head):
+                    self.lm_head_tiles = tile_rows(lm.lm_head)
         elif self.pairs is None:
-            self._pair_weights()
+            self.pairs = self._copies("pairs", pair_rows, lambda weight: True)
+            if self.lm_head_pairs is None:
+                self.lm_head_pairs = pair_rows(lm.lm_head)
 
-    def _tile_weights(self) -> None:
-        """The AMX path's copy of every product's weights in tiles (it reads them for more than 16 tokens)."""
-        lm = self.lm
-        self.tiles = []
-        for layer, weights in zip(lm.layers, self.layers):
+    def _copies(self, kind: str, lay_out, wanted) -> list[torch.Tensor]:
+        """Every layer's product weights that `wanted` picks, laid out by `lay_out`, their addresses in the
+        LayerWeights fields named `{product}_{kind}`; the copies, which must stay alive."""
+        copies = []
+        for layer, weights in zip(self.lm.layers, self.layers):
             for name in ("qkv", "o", "gate_up", "down"):
-                if tiles_pay(getattr(layer, name)):
-                    tiles = tile_rows(getattr(layer, name))
-                    self.tiles.append(tiles)
-                    setattr(weights, f"{name}_tiles", tiles.data_ptr())
-        if tiles_pay(lm.lm_head):
-            self.lm_head_tiles = tile_rows(lm.lm_head)
-
-    def _pair_weights(self) -> None:
-        """The dot-product path's copy of every product's weights."""
-        lm = self.lm
-        self.pairs = []
-        for layer, weights in zip(lm.layers, self.layers):
-            for name in ("qkv", "o", "gate_up", "down"):
-                pairs = pair_rows(getattr(layer, name))
-                self.pairs.append(pairs)
-                setattr(weights, f"{name}_pairs", pairs.data_ptr())
-        if self.lm_head_pairs is None:
-            self.lm_head_pairs = pair_rows(lm.lm_head)
+                weight = getattr(layer, name)
+                if wanted(weight):
+                    copies.append(lay_out(weight))
+                    setattr(weights, f"{name}_{kind}", copies[-1].data_ptr())
+        return copies
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
                  feature_layers: list[int], cache=None) -> tuple[torch.Tensor, list[torch.Tensor]]:
