@@ -243,6 +243,11 @@ static const TileConfig AMX_TILES = {.palette = 1, .colsb = {64, 64, 64, 64, 64,
 
 static void amx_configure(void) { _tile_loadconfig(&AMX_TILES); }
 
+/* GCC 12's `_tile_loadd` is an asm with no memory operand: the compiler may move or drop stores into a
+ * buffer that only tile loads read (a tile packed on the stack). Called between the stores and the loads,
+ * this says memory is read. (Found when a tile of value pairs packed on the stack came out as garbage.) */
+static inline void tiles_read_memory(void) { __asm__ __volatile__("" ::: "memory"); }
+
 /* x [N, K] as pairs: packed[block][k / 32][16 pairs][16 tokens], one 1 KB B tile per (block, k / 32):
  * each 16 tokens × 16 pairs is one transpose, shared among the team. */
 static void amx_pack(const bf16 *x, int n, int K, uint32_t *packed) {
@@ -491,6 +496,7 @@ static void score_amx(const Queries *Q, const bf16 *K, int S, int d, float *p) {
         const uint32_t *q = (const uint32_t *)Q->q[i];
         for (int k = 0; k < d / 2; k++) pairs[k * 16 + i] = q[k];
     }
+    tiles_read_memory();
     for (int c0 = 0; c0 < S; c0 += 16) {
         _tile_zero(0);
         for (int k = 0; k < d; k += 32) {
