@@ -1,6 +1,7 @@
 """Hugging Face's forward against the lean one (engine/models/fastlm.py) and its native kernel, interleaved in one process.
 
     python scripts/forward_bench.py --dtype bfloat16 --ns 1,16,64 --context 300 --rounds 12 --threads 1
+    python scripts/forward_bench.py --ns 16,64 --context 512 --against HEAD   # this tree's kernel against HEAD's
 
 The LMs wrap one loaded model, hold the same random context, and run an N-token binary tree
 (N = 1: one token) in turn, round after round, so a burst of load from elsewhere lands on all.
@@ -9,6 +10,9 @@ weight the forward multiplies by (`sum`), and the forward's matrix-vector produc
 one-token forward can be read against the bandwidth bound. Prints wall median and min, and
 process-CPU min (ms); then, where the native kernel runs (bf16), where its time goes per N: the
 stage timings it adds up itself (products, attention, output head, the rest), min over the rounds.
+With `--against REV` the kernel of that git revision (`git show REV:engine/models/native/forward.c`,
+built with the same flags) runs in the same rounds on its own FastLM of the same model, so two kernels
+are compared under the same load.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--against", help="a git revision whose kernel runs beside this tree's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     ns = [int(n) for n in args.ns.split(",")]
@@ -51,6 +56,9 @@ def main() -> None:
     native = FastLM(model)
     if native.kernel:
         lms["native"] = native
+    if args.against:
+        lms[args.against] = FastLM(model)
+        lms[args.against].kernel.library = revision_kernel(args.against)
     lean = lms["lean"]
     context = torch.randint(0, model.config.vocab_size, (args.context,), generator=torch.Generator().manual_seed(0))
     for lm in lms.values():
@@ -71,8 +79,13 @@ def main() -> None:
             runs[f"{name} N={n}"] = forward(lm, n)
     wall = {name: [] for name in runs}
     cpu = {name: [] for name in runs}
+    order = list(runs)
     for round_ in range(args.rounds + 2):  # two warm-up rounds
-        for name, run in runs.items():
+        if args.against:  # each round the other kernel goes first, so neither always follows the same run
+            order = [name for n in ns for name in (f"native N={n}", f"{args.against} N={n}")[::1 - 2 * (round_ % 2)]]
+            order = [name for name in runs if name not in order] + order
+        for name in order:
+            run = runs[name]
             start, start_cpu = time.perf_counter(), time.process_time()
             run()
             if round_ >= 2:
@@ -85,6 +98,27 @@ def main() -> None:
               f"cpu min {min(cpu[name]):7.1f} ms")
     if native.kernel:
         print_stages(native, {n: forward(native, n) for n in ns}, args.rounds)
+    if args.against:
+        print(f"  {args.against}'s kernel:")
+        print_stages(lms[args.against], {n: forward(lms[args.against], n) for n in ns}, args.rounds)
+
+
+def revision_kernel(revision: str):
+    """The kernel of forward.c at a git revision, built into a temporary file and loaded as `kernel()` is."""
+    import ctypes
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from engine.models import native
+
+    source = subprocess.run(["git", "show", f"{revision}:engine/models/native/forward.c"], check=True,
+                            capture_output=True, text=True).stdout
+    scratch = Path(tempfile.mkdtemp())
+    (scratch / "forward.c").write_text(source)
+    subprocess.run(["gcc", *native.FLAGS, "-o", str(scratch / "forward.so"), str(scratch / "forward.c"), "-lm"],
+                   check=True)
+    return native._checked(native._declare(ctypes.CDLL(str(scratch / "forward.so"))))
 
 
 def print_stages(lm, runs: dict, rounds: int) -> None:
