@@ -540,23 +540,41 @@ static void soften_row(float *row, int S, float scale) {
     }
 }
 
-/* out_j = Σ_c p_j[c] V[c] / Σ_c p_j[c] for up to 4 queries at once, each value row read once for all.
+/* A value row's 32 dims from 32u on, widened to float32 by unpacking each bf16 under a zero half (one
+ * instruction per 16 dims, where zero-extending and shifting takes two): `low` gets dims 32u + 8L + m and
+ * `high` dims 32u + 8L + 4 + m, lane 4L + m (L, m < 4), as unpacking within 128-bit lanes orders them. */
+static inline void widen_unpacked(const bf16 *row, __m512 *low, __m512 *high) {
+    const __m512i raw = _mm512_loadu_si512(row);
+    *low = _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), raw));
+    *high = _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), raw));
+}
+
+/* The 16 dims 32u + 16·half … of sums kept as widen_unpacked lays them out, back in order. */
+static inline __m512 in_order(__m512 low, __m512 high, int half) {
+    static const int32_t order[2][16] = {{0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23},
+                                         {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31}};
+    return _mm512_permutex2var_ps(low, _mm512_loadu_si512(order[half]), high);
+}
+
+/* out_j = Σ_c p_j[c] V[c] / Σ_c p_j[c] for up to QUERIES queries at once, each value row read once for all.
  * Both sums run over the columns in order, one term each: a tree node's masked columns add exact zeros,
  * so it gets the same bits as the node decoded alone, whose ancestors sit at other slots. With `SUMS` the
  * denominators are added here, column by column beside the products (scores by query, where a row's own
  * sum would be one long chain of dependent adds); without, `total` holds them (soften_columns) and each
- * weight is broadcast straight from memory, so the FMAs have the vector ports to themselves. */
+ * weight is broadcast straight from memory, so the FMAs have the vector ports to themselves. The sums'
+ * dims sit in lanes as widen_unpacked puts them (the same values, in another order) until the store. */
+#define QUERIES 6
 static inline __attribute__((always_inline)) void weigh(Scores P, int S, const int count, float *total,
                                                         const bf16 *V, int d, bf16 *const *out, const int D16,
                                                         const int SUMS) {
-    __m512 acc[4][16];
+    __m512 acc[QUERIES][16];
     for (int j = 0; j < count; j++) {
         if (SUMS) total[j] = 0.f;
         for (int k = 0; k < D16; k++) acc[j][k] = _mm512_setzero_ps();
     }
     for (int c = 0; c < S; c++) {
         __m512 v[16];
-        for (int k = 0; k < D16; k++) v[k] = load16(V + (size_t)c * d + 16 * k);
+        for (int u = 0; u < D16 / 2; u++) widen_unpacked(V + (size_t)c * d + 32 * u, &v[2 * u], &v[2 * u + 1]);
         const float *w = P.p + (size_t)c * P.column_stride;
         for (int j = 0; j < count; j++) {
             if (SUMS) total[j] += w[(size_t)j * P.query_stride];
@@ -565,8 +583,10 @@ static inline __attribute__((always_inline)) void weigh(Scores P, int S, const i
         }
     }
     for (int j = 0; j < count; j++)
-        for (int k = 0; k < D16; k++)
-            store16(out[j] + 16 * k, _mm512_mul_ps(acc[j][k], _mm512_set1_ps(1.f / total[j])));
+        for (int u = 0; u < D16 / 2; u++)
+            for (int half = 0; half < 2; half++)
+                store16(out[j] + 32 * u + 16 * half,
+                        _mm512_mul_ps(in_order(acc[j][2 * u], acc[j][2 * u + 1], half), _mm512_set1_ps(1.f / total[j])));
 }
 
 /* softmax(q·Kᵀ / √d) V for a block of queries over S columns, float32 throughout, each output rounded
@@ -591,8 +611,8 @@ static void attend(const Queries *Q, const bf16 *K, const bf16 *V, int S, int d,
         soften_columns(scores, S, scale, total);
     else
         for (int i = 0; i < Q->count; i++) soften_row(scores + (size_t)i * S, S, scale);
-    for (int j = 0; j < Q->count; j += 4) {
-        const int count = Q->count - j < 4 ? Q->count - j : 4;
+    for (int j = 0; j < Q->count; j += QUERIES) {
+        const int count = Q->count - j < QUERIES ? Q->count - j : QUERIES;
         const Scores from = {P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride};
 /* constant counts and loop bounds keep the accumulators in registers */
 #define WEIGH(n, D16) (by_column ? weigh(from, S, n, total + j, V, d, Q->out + j, D16, 0) \
@@ -602,7 +622,9 @@ static void attend(const Queries *Q, const bf16 *K, const bf16 *V, int S, int d,
             case 1: WEIGH(1, 4); break;
             case 2: WEIGH(2, 4); break;
             case 3: WEIGH(3, 4); break;
-            default: WEIGH(4, 4); break;
+            case 4: WEIGH(4, 4); break;
+            case 5: WEIGH(5, 4); break;
+            default: WEIGH(6, 4); break;
             }
         else
             WEIGH(count, d / 16);
