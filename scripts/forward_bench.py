@@ -12,7 +12,8 @@ process-CPU min (ms); then, where the native kernel runs (bf16), where its time 
 stage timings it adds up itself (products, attention, output head, the rest), min over the rounds.
 With `--against REV` the kernel of that git revision (`git show REV:engine/models/native/forward.c`,
 built with the same flags) runs in the same rounds on its own FastLM of the same model, so two kernels
-are compared under the same load.
+are compared under the same load; first it says whether both give the same logits, bit for bit, for
+each N (a change meant to keep the bits must say yes).
 """
 
 from __future__ import annotations
@@ -66,10 +67,15 @@ def main() -> None:
     weights = [w for layer in lean.layers for w in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [lean.lm_head]
     vectors = [torch.randn(w.shape[1]).to(w.dtype) for w in weights]
 
-    def forward(lm, n: int):
+    def forward(lm, n: int, logits: bool = False):
+        """One forward of N new tokens on the context, cropped back; with `logits`, returning them."""
         tokens, positions, allowed = trees[n]
-        return lambda: (lm.forward_chain(tokens) if n == 1 else lm.forward_tree(tokens, positions, allowed),
-                        lm.crop(args.context))
+
+        def run():
+            out = lm.forward_chain(tokens) if n == 1 else lm.forward_tree(tokens, positions, allowed)
+            lm.crop(args.context)
+            return out.logits if logits else None
+        return run
 
     trees = {n: binary_tree(n, args.context) for n in ns}
     runs = {"read every weight (sum)": lambda: [w.sum() for w in weights],
@@ -77,6 +83,11 @@ def main() -> None:
     for n in ns:
         for name, lm in lms.items():
             runs[f"{name} N={n}"] = forward(lm, n)
+    if args.against:
+        for n in ns:
+            same = torch.equal(*[forward(lms[name], n, logits=True)().view(torch.int16)
+                                 for name in ("native", args.against)])
+            print(f"  N={n}: the same logits as {args.against}'s kernel: {'yes' if same else 'no'}")
     wall = {name: [] for name in runs}
     cpu = {name: [] for name in runs}
     order = list(runs)
