@@ -93,11 +93,13 @@ def test_kernel_logits_are_as_close_to_float32_as_torchs_bfloat16_forward(kernel
 
 
 @needs_kernel
-def test_a_tree_through_the_kernel_gives_each_node_its_paths_logits_bit_for_bit(kernel_path):
+@pytest.mark.parametrize("context", [37, 300])
+def test_a_tree_through_the_kernel_gives_each_node_its_paths_logits_bit_for_bit(kernel_path, context):
     """Each output is the same float32 sum in the same order whatever the tokens beside it, and masked
-    columns add exact zeros: so a verify reproduces decoding one token at a time exactly."""
+    columns add exact zeros: so a verify reproduces decoding one token at a time exactly. A context of 300
+    is a prompt of two calls and attention over more columns than one block of anything in the kernel."""
     lm, _, _ = lms(seed=4)
-    prefix = [(7 * i) % 200 for i in range(37)]  # ancestors land at other slots, and other lanes, than alone
+    prefix = [(7 * i) % 200 for i in range(context)]  # ancestors land at other slots, and other lanes, than alone
     tree = random_tree(size=40, vocab=lm.config.vocab_size, seed=8)
     lm.forward_chain(prefix)
     allowed = tree_attention_allowed(tree.parent, len(prefix))
