@@ -217,6 +217,22 @@ def test_a_trained_head_is_measured_on_benchmark_answers_it_never_saw(tmp_path):
     assert "| bench |" in (tmp_path / "evaluation" / "evaluation.md").read_text()
 
 
+def test_the_kernel_forward_of_a_freed_model_is_not_given_to_a_model_that_reuses_its_id():
+    """native_forward once kept its answers by id(model): a float32 model's None outlived the model, and a bf16
+    model born at the same address was told it had no kernel (CI, Dec 3). Answers now die with their model."""
+    import gc
+
+    from tools.training import selfdistill
+
+    model = tiny_llama(0, hidden=128, layers=LAYERS)  # float32: no kernel forward
+    assert selfdistill.native_forward(model) is None
+    assert model in selfdistill._engines
+    before = len(selfdistill._engines)
+    del model
+    gc.collect()
+    assert len(selfdistill._engines) == before - 1
+
+
 def test_answers_decoded_in_the_engines_batch_are_bit_for_bit_its_teacher_forced_pass():
     """Where the native kernel runs (bf16 on this CPU), self-distillation decodes up to 12 answers together
     through the engine's batched forward, a finished answer's place taken by the next prompt: each answer's

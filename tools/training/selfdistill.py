@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -241,7 +242,9 @@ def generate_in_engine(lm, prompts: list[list[int]], prompt_ids: list[int], gree
     return samples
 
 
-_engines: dict[int, object] = {}
+# Per model, not per id(model): a model without the kernel keeps no reference to itself here, so once it is
+# freed its id may come back as another model's, which was then given the first one's answer (None).
+_engines: "weakref.WeakKeyDictionary[torch.nn.Module, object]" = weakref.WeakKeyDictionary()
 
 
 def native_forward(model):
@@ -250,12 +253,12 @@ def native_forward(model):
     batched forward, and its features are the ones the drafter will be given."""
     from engine.models.fastlm import causal_lm
 
-    if id(model) not in _engines:
+    if model not in _engines:
         first = next(model.parameters())
         native = first.dtype == torch.bfloat16 and first.device.type == "cpu"
         lm = causal_lm(model, "target") if native else None
-        _engines[id(model)] = lm if lm is not None and lm.forward_name == "native" else None
-    return _engines[id(model)]
+        _engines[model] = lm if lm is not None and lm.forward_name == "native" else None
+    return _engines[model]
 
 
 def chunk_path(work: Path, index: int) -> Path:
