@@ -90,11 +90,12 @@ def main() -> None:
             print(f"  N={n}: the same logits as {args.against}'s kernel: {'yes' if same else 'no'}")
     wall = {name: [] for name in runs}
     cpu = {name: [] for name in runs}
-    order = list(runs)
     for round_ in range(args.rounds + 2):  # two warm-up rounds
-        if args.against:  # each round the other kernel goes first, so neither always follows the same run
-            order = [name for n in ns for name in (f"native N={n}", f"{args.against} N={n}")[::1 - 2 * (round_ % 2)]]
-            order = [name for name in runs if name not in order] + order
+        order = list(runs)
+        if args.against and round_ % 2:  # every other round the other kernel goes first at each N
+            for n in ns:
+                a, b = order.index(f"native N={n}"), order.index(f"{args.against} N={n}")
+                order[a], order[b] = order[b], order[a]
         for name in order:
             run = runs[name]
             start, start_cpu = time.perf_counter(), time.process_time()
