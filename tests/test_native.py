@@ -459,6 +459,17 @@ def test_the_kernels_argmax_is_torchs_ties_nans_and_infinities_included(vocab):
         assert native.argmax_row(rows, r) == int(rows[r].argmax()), r
 
 
+@needs_kernel
+@pytest.mark.parametrize("shape", [(3, 37), (1, 16), (2, 49152), (0, 5)])
+def test_the_kernels_widen_is_torchs_float(shape):
+    """native.widen, the native forward's bf16 → float32 of its logits: torch's `.float()` bit for bit (the
+    widening is exact), on lengths that are and are not a multiple of its lanes, infinities and NaN included."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape))).to(torch.bfloat16)
+    if x.numel():
+        x.view(-1)[0], x.view(-1)[-1] = float("inf"), float("nan")
+    assert torch.equal(native.widen(x).view(torch.int32), x.float().view(torch.int32))
+
+
 def test_greedy_acceptance_reads_the_kernels_argmax_only_where_it_answers_as_torch_does():
     """The engine hands greedy acceptance the kernel's argmax for float32 CPU logits it can read, and
     torch's for anything else (float64 logits of a tiny model, SPECSCOPE_FORWARD=plain)."""
