@@ -2,12 +2,13 @@
 a token's logits independent of the tokens beside it (so every policy is greedy-identical to ar in
 bfloat16 too), and a clear fallback where it cannot run.
 
-Which tests run where. The kernel has two paths: AMX tiles (Intel Xeons with AMX) and AVX512-BF16 dot
-products (every CPU with AVX512-BF16, the AMD Zen 5 among them). Each bit-for-bit and accuracy test runs
+Which tests run where. The kernel has two paths: AMX tiles (Intel Xeons with AMX) and dot products over
+paired weights: AVX512-BF16's `vdpbf16ps` (the AMD Zen 5 among them), or on a CPU with AVX2 and FMA but no
+AVX512-BF16 (the AMD Zen 3) the same path built from avx2.h, two FMAs per pair. Each bit-for-bit and accuracy test runs
 once per path, `[amx]` and `[dot-products]`: on an AMX CPU both (`native_use_amx(0)` forces the second),
 elsewhere the second only, the first skipped saying the CPU has no AMX. Both paths take trees of up to
 256 tokens a call, and longer forwards in several calls, so every forward of a bfloat16 run goes through
-the path the machine has. Where the kernel does not run at all (no AVX512-BF16, no gcc), the kernel tests
+the path the machine has. Where the kernel does not run at all (no AVX2, no gcc), the kernel tests
 are skipped naming why, and `test_on_torchs_ops_...` checks what the docs promise there instead (it runs
 on every machine: torch's ops are everywhere).
 """

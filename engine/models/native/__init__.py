@@ -1,7 +1,9 @@
 """The bfloat16 CPU kernel of the lean forward (forward.c), compiled once per machine and called through ctypes.
 
 `kernel()` gives the loaded library or raises `NativeUnavailable` saying why
-(not an x86-64 Linux CPU with AVX512-BF16, no C compiler, a failed build).
+(not an x86-64 Linux CPU with AVX512-BF16 or AVX2, no C compiler, a failed build).
+Without AVX-512 (AVX2 and FMA only) forward.c includes avx2.h, which computes its
+AVX-512 intrinsics lane for lane in two halves.
 The shared object is cached under the specscope cache, keyed by the source,
 the compiler, its flags and the CPU, so it is built once (about a second) and
 never twice for the same machine. It is linked against the OpenMP runtime
@@ -39,6 +41,7 @@ from torch import nn
 from engine.models.embedded import cache_root
 
 SOURCE = Path(__file__).with_name("forward.c")
+HEADERS = (Path(__file__).with_name("avx2.h"),)  # what SOURCE includes: part of the build's key
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
 
@@ -65,13 +68,13 @@ def build_plan() -> tuple[str, Path]:
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         raise NativeUnavailable(f"the kernel is written for x86-64 Linux, not {platform.system()} {platform.machine()}")
     model, flags = _cpu()
-    if "avx512_bf16" not in flags:
-        raise NativeUnavailable("this CPU has no AVX512-BF16")
+    if "avx512_bf16" not in flags and not {"avx2", "fma", "f16c"} <= flags:
+        raise NativeUnavailable("this CPU has neither AVX512-BF16 nor AVX2 with FMA")
     compiler = shutil.which(os.environ.get("CC", "gcc"))
     if compiler is None:
         raise NativeUnavailable("no C compiler (gcc) on the PATH")
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    source = SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in (SOURCE, *HEADERS))
     key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), model.encode(),
                                      " ".join(sorted(flags)).encode()])).hexdigest()[:16]
     return compiler, cache_root() / "native" / f"forward-{key}.so"
@@ -85,6 +88,15 @@ def team_size() -> int:
     (engine/models/device.py, `one_torch_thread`) and the kernel keeps its team: on two cores an OpenMP
     region per argmax or top-k costs more than the op, and far more when another process holds a core."""
     return torch.get_num_threads()
+
+
+def available() -> bool:
+    """Whether the kernel builds and loads here (the reason it does not is said where a model asks for it)."""
+    try:
+        kernel()
+    except NativeUnavailable:
+        return False
+    return True
 
 
 @functools.cache

@@ -1,7 +1,8 @@
 /* The lean forward's bfloat16 CPU kernel: a whole Llama forward of N new tokens in one call.
  *
  * engine/models/native/__init__.py compiles this file once per machine (gcc -O3 -march=native -fopenmp)
- * and engine/models/fastlm.py calls `forward` for bfloat16 forwards on a CPU with AVX512-BF16. Why it
+ * and engine/models/fastlm.py calls `forward` for bfloat16 forwards on a CPU with AVX512-BF16 or AVX2 (see
+ * the dispatch below the includes). Why it
  * exists: torch's bfloat16 matrix-vector product streams a layer's small weights (0.7–3.5 MB) at
  * half the read bandwidth, and the ~60 small ops a layer needs around its products cost as much
  * again in dispatch (docs/fastpath.md). Here the products are AMX tile products that read each
@@ -35,6 +36,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+/* One dispatch per instruction set: AVX512-BF16 (with AMX where __AMX_BF16__ says so), else AVX2 and FMA, whose
+ * avx2.h computes the AVX-512 intrinsics used here in two 8-lane halves (also on an AVX-512 CPU without BF16),
+ * with AVX2 shapes of their own for the three hot loops: the products' block, the scores and the value sums. */
+#ifdef __AVX512BF16__
+#define AVX512 1
+#else
+#define AVX512 0
+#include "avx2.h"
+#endif
 
 typedef uint16_t bf16;
 
@@ -104,7 +114,11 @@ static inline __m512 exp16(__m512 x) {
  * issues once a cycle and two broadcasts per four products keep up with it: 2 × 12 runs at that peak,
  * while 4 × 6, the shape this replaced, took two passes for 7–12 tokens.) */
 #define PAIR_ROWS 32
+#if AVX512
 #define PAIR_TOKENS 12
+#else
+#define PAIR_TOKENS 2 /* AVX2 (avx2.h): 16 ymm registers, 8 of them accumulators (see pairs_block) */
+#endif
 
 /* With several tokens a block spends its time on arithmetic, the hardware's prefetch stops asking for the
  * next weights meanwhile, and the memory idles: so from PREFETCH_TOKENS tokens on a block asks for the
@@ -119,11 +133,12 @@ static inline void store_rows(bf16 *out, int r, int R, __m512 v) { /* out[r .. r
     else if (r < R) _mm256_mask_storeu_epi16(out + r, (__mmask16)((1u << (R - r)) - 1), pack16(v));
 }
 
+#if AVX512
 /* Rows [16 v0, 16 (v0 + VECS)) of one 32-row group (v0 + VECS ≤ 2) for tokens t0 … t0 + TOKENS − 1. */
 static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
                                                               int r0, int v0, int t0, bf16 *out,
                                                               const int VECS, const int TOKENS) {
-    __m512 acc[2][PAIR_TOKENS];
+    __m512 acc[2][12]; /* TOKENS ≤ PAIR_TOKENS ≤ 12: the switch below names every count up to 12 */
     for (int i = 0; i < VECS; i++)
         for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm512_setzero_ps();
     const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS + 16 * v0;
@@ -141,6 +156,41 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
     for (int j = 0; j < TOKENS; j++)
         for (int i = 0; i < VECS; i++) store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R, acc[i][j]);
 }
+#else
+/* The same block on AVX2, in 8-row halves, each `vdpbf16ps` as its two FMAs (avx2.h's dot_pairs, the same
+ * order): a weight vector's and a token's pair split into their odd and even elements as float32 (a mask and
+ * a shift), then one FMA per element. 2 × 2 halves × 2 tokens = 8 accumulators, the tokens' 4 split values
+ * and a weight's 2 fit AVX2's 16 registers. */
+static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
+                                                              int r0, int v0, int t0, bf16 *out,
+                                                              const int VECS, const int TOKENS) {
+    __m256 acc[4][12]; /* TOKENS ≤ PAIR_TOKENS: larger counts are named by the switch below, never run */
+    for (int i = 0; i < 2 * VECS; i++)
+        for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm256_setzero_ps();
+    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+    const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS + 16 * v0;
+    const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
+    for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
+        __m256 odd_x[12], even_x[12];
+        if (TOKENS >= PREFETCH_TOKENS)
+            for (int i = 0; i < VECS; i++) _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS + 16 * i), _MM_HINT_T1);
+        for (int j = 0; j < TOKENS; j++) {
+            const __m256i token = _mm256_set1_epi32((int)xs[(size_t)j * (K / 2) + p]);
+            odd_x[j] = _mm256_castsi256_ps(_mm256_and_si256(token, high));
+            even_x[j] = _mm256_castsi256_ps(_mm256_slli_epi32(token, 16));
+        }
+        for (int i = 0; i < 2 * VECS; i++) {
+            const __m256i rows = _mm256_loadu_si256((const __m256i *)(w + 8 * i));
+            const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(rows, high));
+            const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(rows, 16));
+            for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm256_fmadd_ps(even, even_x[j], _mm256_fmadd_ps(odd, odd_x[j], acc[i][j]));
+        }
+    }
+    for (int j = 0; j < TOKENS; j++)
+        for (int i = 0; i < VECS; i++)
+            store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R, of_halves(acc[2 * i][j], acc[2 * i + 1][j]));
+}
+#endif
 
 /* pairs_block with its bounds as constants, so the accumulators stay in registers. */
 static void pairs_block_of(const bf16 *x, int K, const uint32_t *Wp, int R, int r0, int v0, int vecs, int t0,
@@ -461,6 +511,7 @@ static inline __attribute__((always_inline)) void score_block(const Queries *Q, 
     for (int i = 0; i < QUERIES && i < Q->count; i++) _mm512_mask_storeu_ps(scores + (size_t)i * S + c0, lanes, acc[i]);
 }
 
+#if AVX512
 static void score_pairs(const Queries *Q, const bf16 *K, int S, int d, float *scores) {
     uint32_t keys[128 * 16] __attribute__((aligned(64))); /* [d / 2][16] */
     for (int c0 = 0; c0 < S; c0 += 16) { /* rows past S are cache slots not yet written: their lanes are dropped */
@@ -475,6 +526,49 @@ static void score_pairs(const Queries *Q, const bf16 *K, int S, int d, float *sc
         else score_block(Q, keys, d, c0, S, scores, 16);
     }
 }
+#else
+/* 8 dims of a bf16 row as float32, exact. */
+static inline __m256 widen8(const bf16 *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* The sum of 8 lanes, in one fixed order. */
+static inline float sum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+/* AVX2: a score is q · k over the dims 8 at a time (one FMA chain per lane, then the lanes summed in a fixed
+ * order), four queries' chains at once over one key widened once: a function of q and k alone, whichever
+ * block, column or slot they sit in, as the bit-for-bit argument needs (exact products of bf16 values). */
+static void score_pairs(const Queries *Q, const bf16 *K, int S, int d, float *scores) {
+    float q[16][256] __attribute__((aligned(32)));
+    for (int i = 0; i < Q->count; i++)
+        for (int k = 0; k < d; k += 8) _mm256_store_ps(q[i] + k, widen8(Q->q[i] + k));
+    for (int c = 0; c < S; c++) {
+        __m256 key[32];
+        for (int v = 0; v < d / 8; v++) key[v] = widen8(K + (size_t)c * d + 8 * v);
+        int i = 0;
+        for (; i + 4 <= Q->count; i += 4) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int v = 0; v < d / 8; v++) {
+                a0 = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i] + 8 * v), a0);
+                a1 = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i + 1] + 8 * v), a1);
+                a2 = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i + 2] + 8 * v), a2);
+                a3 = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i + 3] + 8 * v), a3);
+            }
+            scores[(size_t)i * S + c] = sum8(a0), scores[(size_t)(i + 1) * S + c] = sum8(a1);
+            scores[(size_t)(i + 2) * S + c] = sum8(a2), scores[(size_t)(i + 3) * S + c] = sum8(a3);
+        }
+        for (; i < Q->count; i++) {
+            __m256 a = _mm256_setzero_ps();
+            for (int v = 0; v < d / 8; v++) a = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i] + 8 * v), a);
+            scores[(size_t)i * S + c] = sum8(a);
+        }
+    }
+}
+#endif
 
 static inline int up16(int n) { return (n + 15) & ~15; }
 
@@ -564,6 +658,7 @@ static inline __m512 in_order(__m512 low, __m512 high, int half) {
  * weight is broadcast straight from memory, so the FMAs have the vector ports to themselves. The sums'
  * dims sit in lanes as widen_unpacked puts them (the same values, in another order) until the store. */
 #define QUERIES 6
+#if AVX512
 static inline __attribute__((always_inline)) void weigh(Scores P, int S, const int count, float *total,
                                                         const bf16 *V, int d, bf16 *const *out, const int D16,
                                                         const int SUMS) {
@@ -588,6 +683,54 @@ static inline __attribute__((always_inline)) void weigh(Scores P, int S, const i
                 store16(out[j] + 32 * u + 16 * half,
                         _mm512_mul_ps(in_order(acc[j][2 * u], acc[j][2 * u + 1], half), _mm512_set1_ps(1.f / total[j])));
 }
+#else
+/* AVX2: the same sums, two queries and 32 dims at a time (8 accumulators, a value row's 32 dims widened by
+ * unpacking as above, two weights), each (query, dim) still one FMA per column in column order from zero. */
+static inline __attribute__((always_inline)) void weigh_two(Scores P, int S, const int count, float *total,
+                                                            const bf16 *V, int d, bf16 *const *out, int u,
+                                                            const int SUMS) {
+    __m256 acc[2][4];
+    for (int j = 0; j < count; j++) {
+        if (SUMS && u == 0) total[j] = 0.f;
+        for (int k = 0; k < 4; k++) acc[j][k] = _mm256_setzero_ps();
+    }
+    const __m256i zero = _mm256_setzero_si256();
+    for (int c = 0; c < S; c++) {
+        const __m256i raw0 = _mm256_loadu_si256((const __m256i *)(V + (size_t)c * d + 32 * u));
+        const __m256i raw1 = _mm256_loadu_si256((const __m256i *)(V + (size_t)c * d + 32 * u + 16));
+        const __m256 v[4] = {_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, raw0)),
+                             _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, raw0)),
+                             _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, raw1)),
+                             _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, raw1))};
+        const float *w = P.p + (size_t)c * P.column_stride;
+        for (int j = 0; j < count; j++) {
+            if (SUMS && u == 0) total[j] += w[(size_t)j * P.query_stride];
+            const __m256 weight = _mm256_set1_ps(w[(size_t)j * P.query_stride]);
+            for (int k = 0; k < 4; k++) acc[j][k] = _mm256_fmadd_ps(weight, v[k], acc[j][k]);
+        }
+    }
+    for (int j = 0; j < count; j++) { /* unpacking put dims 0–3 | 8–11 in one vector, 4–7 | 12–15 in the next */
+        const __m256 scale = _mm256_set1_ps(1.f / total[j]);
+        for (int half = 0; half < 2; half++) {
+            const __m256 lo = acc[j][2 * half], hi = acc[j][2 * half + 1];
+            store16(out[j] + 32 * u + 16 * half,
+                    of_halves(_mm256_mul_ps(_mm256_permute2f128_ps(lo, hi, 0x20), scale),
+                              _mm256_mul_ps(_mm256_permute2f128_ps(lo, hi, 0x31), scale)));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void weigh(Scores P, int S, const int count, float *total,
+                                                        const bf16 *V, int d, bf16 *const *out, const int D16,
+                                                        const int SUMS) {
+    for (int j = 0; j < count; j += 2)
+        for (int u = 0; u < D16 / 2; u++) /* the denominators are added on the first pass over the dims */
+            if (count - j >= 2) weigh_two((Scores){P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride},
+                                          S, 2, total + j, V, d, out + j, u, SUMS);
+            else weigh_two((Scores){P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride},
+                           S, 1, total + j, V, d, out + j, u, SUMS);
+}
+#endif
 
 /* softmax(q·Kᵀ / √d) V for a block of queries over S columns, float32 throughout, each output rounded
  * once; `mask` [N, M] (or NULL) says which of the last M columns each query's token sees. `scores`: this
