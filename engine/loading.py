@@ -53,7 +53,8 @@ def load_engine(options: EngineOptions | None = None) -> SpecEngine:
     """The engine over a target (by default the embedded SmolLM2) with every drafter it can offer."""
     options = options or EngineOptions()
     device = pick_device(options.device)
-    dtype = pick_dtype(device, options.dtype)
+    dtype = pick_dtype(device, options.dtype, bf16_kernel=device.type == "cpu" and forward_choice() == "native"
+                       and native.available())
     target_path = str(embedded_model_dir()) if options.target is None else options.target
     target_name = options.target or EMBEDDED_NAME
     target, tokenizer = load_lm(target_path, device, dtype, label=target_name)

@@ -46,8 +46,11 @@ def cpu_has_native_bf16() -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def pick_dtype(device: torch.device, requested: str | None = None) -> torch.dtype:
-    """The requested dtype, else bf16 on CUDA and on CPUs with native bf16, fp16 on other accelerators, else fp32."""
+def pick_dtype(device: torch.device, requested: str | None = None, bf16_kernel: bool = False) -> torch.dtype:
+    """The requested dtype, else bf16 on CUDA, on CPUs with native bf16 and on CPUs where specscope's own bf16
+    kernel runs (`bf16_kernel`: engine/models/native, which needs only AVX2 and FMA), fp16 on other
+    accelerators, else fp32. (Without the kernel torch's bf16 products on such a CPU are slower than fp32's;
+    with it a bf16 forward reads half the bytes and runs at the read's rate.)"""
     if requested:
         if requested not in DTYPES:
             raise LoadError(f"unknown dtype {requested!r}; choose one of float32, bfloat16, float16", field="dtype")
@@ -55,7 +58,7 @@ def pick_dtype(device: torch.device, requested: str | None = None) -> torch.dtyp
     if device.type == "cuda":
         return torch.bfloat16
     if device.type == "cpu":
-        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+        return torch.bfloat16 if cpu_has_native_bf16() or bf16_kernel else torch.float32
     return torch.float16
 
 
