@@ -14,7 +14,10 @@ them all the same):
 
 Both rates are measured on the device itself: the read bandwidth by summing a
 tensor far larger than the caches, the GEMM rate by a 256×2048×2048 product
-in the model's dtype. A measured forward over its floors says how much of the
+in the dtype the model's arithmetic runs in (`arithmetic_dtype`: a bfloat16
+model's on a CPU without bf16 instructions is float32, the kernel's AVX2 path
+widening every operand; torch's own bf16 GEMM there runs at a few GFLOP/s and
+is no floor of anything). A measured forward over its floors says how much of the
 hardware it leaves unused: a one-token forward is memory-bound, a wide tree
 compute-bound.
 
@@ -34,6 +37,8 @@ from typing import Any
 
 import torch
 
+from engine.models.device import cpu_has_native_bf16
+
 READ_MIB = 512
 GEMM_SHAPE = (256, 2048, 2048)
 
@@ -49,6 +54,7 @@ class Floors:
     read_gb_s_best: float | None = None  # the best sample where the rates were sampled (RateSampler)
     gemm_gflops_best: float | None = None
     samples: int = 0  # rate samples taken between the timed forwards; 0: measured once, best of 5
+    gemm_dtype: str | None = None  # the dtype the GEMM rate was measured in (arithmetic_dtype); None: the model's
 
     def memory_ms(self, n: int, context: int) -> float:
         return (self.weight_bytes + self.kv_bytes_per_position * (context + n)) / (self.read_gb_s * 1e6)
@@ -85,9 +91,10 @@ def model_floors(model: torch.nn.Module, read_gb_s: float, gemm_gflops: float) -
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     layers = config.num_hidden_layers
     itemsize = embeddings.element_size()
+    gemm_dtype = str(arithmetic_dtype(embeddings.dtype, embeddings.device)).removeprefix("torch.")
     return Floors(weight_bytes=weight_bytes, kv_bytes_per_position=2 * layers * kv_heads * head_dim * itemsize,
                   matmul_weights=matmul_weights, attention_flops_per_pair=4 * layers * heads * head_dim,
-                  read_gb_s=read_gb_s, gemm_gflops=gemm_gflops)
+                  read_gb_s=read_gb_s, gemm_gflops=gemm_gflops, gemm_dtype=gemm_dtype)
 
 
 def _best_seconds(fn, device: torch.device, repeats: int, touch: bool = True) -> float:
@@ -110,9 +117,17 @@ def measure_read_gb_s(device: torch.device, mib: int = READ_MIB, repeats: int = 
     return data.numel() * 4 / seconds / 1e9
 
 
+def arithmetic_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype a forward of `dtype` multiplies in: float32 for bfloat16 on a CPU without bf16 instructions."""
+    if dtype == torch.bfloat16 and device.type == "cpu" and not cpu_has_native_bf16():
+        return torch.float32
+    return dtype
+
+
 def measure_gemm_gflops(dtype: torch.dtype, device: torch.device, repeats: int = 5) -> float:
     """GFLOP/s of a 256×2048×2048 matrix product in `dtype` (the best of `repeats`)."""
     m, k, n = GEMM_SHAPE
+    dtype = arithmetic_dtype(dtype, device)
     a = torch.randn(m, k, device=device).to(dtype)
     b = torch.randn(k, n, device=device).to(dtype)
     seconds = _best_seconds(lambda: a @ b, device, repeats)
@@ -132,6 +147,7 @@ class RateSampler:
         self.device = device
         self.data = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
         m, k, n = GEMM_SHAPE
+        dtype = arithmetic_dtype(dtype, device)
         self.a = torch.randn(m, k, device=device).to(dtype)
         self.b = torch.randn(k, n, device=device).to(dtype)
         self.reads: list[float] = []  # GB/s

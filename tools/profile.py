@@ -417,7 +417,7 @@ def floor_lines(table: CostTable, model: str = "target") -> list[str]:
     costs = table.target if model == "target" else table.draft
     lines = [f"{model} floors on this device ({table.meta.get('forward', 'plain')} forward): weights "
              f"{floors.weight_bytes / 1e6:.1f} MB read at {floors.read_gb_s:.1f} GB/s = "
-             f"{floors.memory_ms(0, 0):.2f} ms; {table.dtype} GEMM {floors.gemm_gflops:.0f} GFLOP/s"
+             f"{floors.memory_ms(0, 0):.2f} ms; {floors.gemm_dtype or table.dtype} GEMM {floors.gemm_gflops:.0f} GFLOP/s"
              + _sampled(floors, table.meta.get("statistic", "median")),
              f"{'ctx':>6} {'n':>4} {'measured':>10} {'memory floor':>13} {'compute floor':>14} "
              f"{'×memory':>8} {'×compute':>9}"]
