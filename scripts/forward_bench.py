@@ -124,10 +124,12 @@ def revision_kernel(revision: str):
 
     from engine.models import native
 
-    source = subprocess.run(["git", "show", f"{revision}:engine/models/native/forward.c"], check=True,
-                            capture_output=True, text=True).stdout
     scratch = Path(tempfile.mkdtemp())
-    (scratch / "forward.c").write_text(source)
+    for path in (native.SOURCE, *native.HEADERS):  # the files it includes, as they were (a header may be newer)
+        shown = subprocess.run(["git", "show", f"{revision}:engine/models/native/{path.name}"], capture_output=True,
+                               text=True)
+        if shown.returncode == 0:
+            (scratch / path.name).write_text(shown.stdout)
     subprocess.run(["gcc", *native.FLAGS, "-o", str(scratch / "forward.so"), str(scratch / "forward.c"), "-lm"],
                    check=True)
     return native._checked(native._declare(ctypes.CDLL(str(scratch / "forward.so"))))

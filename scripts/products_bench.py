@@ -31,11 +31,29 @@ from engine.models import native
 SHAPES = ((49152, 576, 3), (3072, 576, 40), (576, 1536, 80))  # rows, inputs, copies: ≥ 140 MB of weights each
 
 
-def build(source: str, directory: Path, name: str, amx: bool) -> tuple[ctypes.CDLL, int, bool]:
-    """The kernel built from `source`, the PAIR_ROWS it pairs weights by, and whether it takes a copy of the
-    weights in tiles (`tile_rows`; older kernels read them only as they lie)."""
-    path, out = directory / f"{name}.c", directory / f"{name}.so"
-    path.write_text(source)
+def sources_at(revision: str | None) -> dict[str, str]:
+    """forward.c and the headers it includes, at a git revision (None: as they are in this tree)."""
+    files = {}
+    for path in (native.SOURCE, *native.HEADERS):
+        if revision is None:
+            files[path.name] = path.read_text()
+            continue
+        shown = subprocess.run(["git", "show", f"{revision}:engine/models/native/{path.name}"], capture_output=True,
+                               text=True)
+        if shown.returncode == 0:
+            files[path.name] = shown.stdout
+    return files
+
+
+def build(files: dict[str, str], directory: Path, name: str, amx: bool) -> tuple[ctypes.CDLL, int, bool]:
+    """The kernel built from forward.c and its headers (`files`, by name), the PAIR_ROWS it pairs weights by,
+    and whether it takes a copy of the weights in tiles (`tile_rows`; older kernels read them only as they lie)."""
+    directory = directory / name
+    directory.mkdir()
+    for file, text in files.items():
+        (directory / file).write_text(text)
+    source = files[native.SOURCE.name]
+    path, out = directory / native.SOURCE.name, directory / f"{name}.so"
     subprocess.run(["gcc", *native.FLAGS, "-o", str(out), str(path), "-lm"], check=True)
     library = ctypes.CDLL(str(out))
     pointer, integer = ctypes.c_void_p, ctypes.c_int
@@ -55,11 +73,9 @@ def main() -> None:
     parser.add_argument("--amx", action="store_true", help="time the AMX tile path (an AMX CPU only)")
     args = parser.parse_args()
     ns = [int(n) for n in args.ns.split(",")]
-    old = subprocess.run(["git", "show", f"{args.against}:engine/models/native/forward.c"], check=True,
-                         capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory() as scratch:
-        kernels = {"this tree": build(native.SOURCE.read_text(), Path(scratch), "new", args.amx),
-                   args.against: build(old, Path(scratch), "old", args.amx)}
+        kernels = {"this tree": build(sources_at(None), Path(scratch), "new", args.amx),
+                   args.against: build(sources_at(args.against), Path(scratch), "old", args.amx)}
         weights = {(rows, k): [torch.randn(rows, k).to(torch.bfloat16) for _ in range(copies)]
                    for rows, k, copies in SHAPES}
         pairs = {(shape, name): [native.pair_rows(w, rows_per) for w in ws]
