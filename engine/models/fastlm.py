@@ -18,9 +18,10 @@ gpt-fast's model.py:
   block for a verify), and SDPA reads the KV heads without repeating them;
 - one-row products run as matrix-vector products (torch.mv), N rows as
   weight @ xᵀ: both measured faster on a CPU than F.linear (docs/fastpath.md);
-- in bfloat16 on a CPU with AVX512-BF16, every forward runs in the native
+- in bfloat16 on a CPU with AVX512-BF16 or AVX2, every forward runs in the native
   kernel (engine/models/native/forward.c), up to 256 new tokens a call (AMX tiles
-  where the CPU has them, else AVX512-BF16 dot products): the weights read
+  where the CPU has them, else AVX512-BF16 dot products, or the same as FMAs on
+  AVX2, engine/models/native/avx2.h): the weights read
   at close to the read bandwidth, and each token's logits bit for bit those
   it gets when decoded alone, so greedy trees equal ar in bfloat16 too. A
   longer forward (a prompt, a tree past 256 nodes) is cut into calls, which
