@@ -558,3 +558,15 @@ def test_a_head_on_the_kernel_proposes_more_children_than_its_top_k_ranks(kernel
     last = ranked.q[-1]
     assert {t for t, q in zip(wide.token, wide.q) if q > last * (1 + 1e-5)} == \
         {t for t, q in zip(ranked.token, ranked.q) if q > last * (1 + 1e-5)}
+
+
+def test_bfloat16_is_the_default_wherever_the_kernel_runs_and_a_requested_dtype_wins():
+    """pick_dtype: on a CPU the kernel runs on (AVX2 is enough) a bf16 forward reads half the bytes and runs at the
+    read's rate, so bf16 is the default there even without bf16 instructions; elsewhere fp32 unless the CPU has them."""
+    from engine.models.device import cpu_has_native_bf16, pick_dtype
+
+    cpu = torch.device("cpu")
+    assert pick_dtype(cpu, None, bf16_kernel=True) == torch.bfloat16
+    assert pick_dtype(cpu, None, bf16_kernel=False) == (torch.bfloat16 if cpu_has_native_bf16() else torch.float32)
+    assert pick_dtype(cpu, "float32", bf16_kernel=True) == torch.float32
+    assert native.available() == cpu_has_the_kernel()
