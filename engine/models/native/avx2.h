@@ -1,18 +1,19 @@
-/* The AVX-512 intrinsics forward.c uses, lane for lane, on a CPU with AVX2 and FMA but no AVX-512 (an AMD
- * EPYC Zen 3, say): each 16-lane vector is two 8-lane halves.
+/* The AVX-512 intrinsics forward.c's shared code uses (norms, RoPE, SiLU, the softmax and its exp, the
+ * residual adds, top-k, argmax, widening), lane for lane, on a CPU with AVX2 and FMA but no AVX512-BF16 (an
+ * AMD EPYC Zen 3, say): each 16-lane vector is two 8-lane halves.
  *
  * forward.c is written once, against AVX-512; where the compiler has no AVX512-BF16 it includes this file
  * after <immintrin.h>, and each `_mm512_…` name it calls becomes the function of that name here (GCC
  * declares the 512-bit vector types on every target; it cannot emit their instructions without AVX-512).
  * Every function computes what its AVX-512 namesake computes in every lane, so each sum runs in the
  * order forward.c gives it and the kernel's bit-for-bit argument holds here unchanged: a token verified
- * in a tree gets the bits it gets decoded alone. `vdpbf16ps` is two fused multiply-adds per lane, the odd
- * element of the pair first as Intel's pseudocode orders them (a bf16 product is exact in float32, so
- * each step rounds once, as the instruction's does); the one difference is that the instruction treats
- * denormal inputs as zero and this does not. Masks are the 16-bit integers AVX-512 uses.
+ * in a tree gets the bits it gets decoded alone. float32 → bfloat16 rounds to nearest even as
+ * `vcvtneps2bf16` does; masks are the 16-bit integers AVX-512 uses.
  *
- * The products' hot loop does not come through here: forward.c's `pairs_block` has an AVX2 shape of its
- * own (fewer registers: 16 ymm, not 32 zmm), in the same order per output. */
+ * The three hot loops do not come through here: forward.c has AVX2 shapes of its own for the products'
+ * block (each `vdpbf16ps` as two FMAs, the odd element first as Intel's pseudocode orders them; a bf16
+ * product is exact in float32, so each step rounds once, as the instruction's do, which unlike this reads
+ * denormal inputs as zero), the scores and the value sums: 16 ymm registers cannot hold 24 zmm accumulators. */
 #ifndef SPECSCOPE_AVX2_H
 #define SPECSCOPE_AVX2_H
 
@@ -60,12 +61,6 @@ FLOAT_OP(avx2_min_ps, _mm256_min_ps)
         return of_int_halves(op(lo_int(a), lo_int(b)), op(hi_int(a), hi_int(b)));           \
     }
 INT_OP(avx2_add_epi32, _mm256_add_epi32)
-INT_OP(avx2_unpacklo_epi16, _mm256_unpacklo_epi16) /* within 128-bit lanes, as AVX-512's: the halves line up */
-INT_OP(avx2_unpackhi_epi16, _mm256_unpackhi_epi16)
-INT_OP(avx2_unpacklo_epi32, _mm256_unpacklo_epi32)
-INT_OP(avx2_unpackhi_epi32, _mm256_unpackhi_epi32)
-INT_OP(avx2_unpacklo_epi64, _mm256_unpacklo_epi64)
-INT_OP(avx2_unpackhi_epi64, _mm256_unpackhi_epi64)
 #undef INT_OP
 
 static inline __m512 avx2_fmadd_ps(__m512 a, __m512 b, __m512 c) {
@@ -163,22 +158,6 @@ static inline __m512 avx2_scalef_ps(__m512 p, __m512 i) {
     return of_halves(scale_by_power(lo_of(p), lo_of(i)), scale_by_power(hi_of(p), hi_of(i)));
 }
 
-/* 128-bit lanes [a[imm & 3], a[imm >> 2 & 3], b[imm >> 4 & 3], b[imm >> 6 & 3]]. */
-#define avx2_shuffle_i32x4(a, b, imm)                                                                         \
-    of_int_halves(_mm256_permute2x128_si256(lo_int(a), hi_int(a), ((imm) & 3) | ((imm) >> 2 & 3) << 4),      \
-                  _mm256_permute2x128_si256(lo_int(b), hi_int(b), ((imm) >> 4 & 3) | ((imm) >> 6 & 3) << 4))
-
-/* Lane j of the result: lane idx[j] of a (0–15) or of b (16–31). */
-static inline __m512 avx2_permutex2var_ps(__m512 a, __m512i idx, __m512 b) {
-    float from[32], out[16];
-    int32_t at[16];
-    avx2_storeu_ps(from, a);
-    avx2_storeu_ps(from + 16, b);
-    avx2_storeu_si512(at, idx);
-    for (int j = 0; j < 16; j++) out[j] = from[at[j] & 31];
-    return avx2_loadu_ps(out);
-}
-
 /* float32 → bfloat16, round to nearest even, NaN kept quiet: what `vcvtneps2bf16` computes. */
 static inline __m128i bf16_of(__m256 v) {
     const __m256i x = _mm256_castps_si256(v);
@@ -192,19 +171,6 @@ static inline __m128i bf16_of(__m256 v) {
 }
 static inline __m256bh avx2_cvtneps_pbh(__m512 v) {
     return (__m256bh)_mm256_set_m128i(bf16_of(hi_of(v)), bf16_of(lo_of(v)));
-}
-
-/* acc += the products of each lane's bf16 pair, the odd element's first, each step one rounding. */
-static inline __m256 dot_pairs(__m256 acc, __m256i a, __m256i b) {
-    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
-    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(a, high)),
-                          _mm256_castsi256_ps(_mm256_and_si256(b, high)), acc);
-    return _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(b, 16)),
-                           acc);
-}
-static inline __m512 avx2_dpbf16_ps(__m512 acc, __m512bh a, __m512bh b) {
-    const Halves x = {.b = a}, y = {.b = b};
-    return of_halves(dot_pairs(lo_of(acc), x.n[0], y.n[0]), dot_pairs(hi_of(acc), x.n[1], y.n[1]));
 }
 
 #define _mm512_add_ps avx2_add_ps
@@ -224,14 +190,6 @@ static inline __m512 avx2_dpbf16_ps(__m512 acc, __m512bh a, __m512bh b) {
 #define _mm512_slli_epi32 avx2_slli_epi32
 #define _mm512_cvtepu16_epi32 avx2_cvtepu16_epi32
 #define _mm512_castsi512_ps avx2_castsi512_ps
-#define _mm512_unpacklo_epi16 avx2_unpacklo_epi16
-#define _mm512_unpackhi_epi16 avx2_unpackhi_epi16
-#define _mm512_unpacklo_epi32 avx2_unpacklo_epi32
-#define _mm512_unpackhi_epi32 avx2_unpackhi_epi32
-#define _mm512_unpacklo_epi64 avx2_unpacklo_epi64
-#define _mm512_unpackhi_epi64 avx2_unpackhi_epi64
-#define _mm512_shuffle_i32x4 avx2_shuffle_i32x4
-#define _mm512_permutex2var_ps avx2_permutex2var_ps
 #define _mm512_loadu_ps avx2_loadu_ps
 #define _mm512_load_ps avx2_loadu_ps
 #define _mm512_storeu_ps avx2_storeu_ps
@@ -254,6 +212,5 @@ static inline __m512 avx2_dpbf16_ps(__m512 acc, __m512bh a, __m512bh b) {
 #define _mm512_reduce_max_ps avx2_reduce_max_ps
 #define _mm512_scalef_ps avx2_scalef_ps
 #define _mm512_cvtneps_pbh avx2_cvtneps_pbh
-#define _mm512_dpbf16_ps avx2_dpbf16_ps
 
 #endif

@@ -45,6 +45,9 @@
 #define AVX512 0
 #include "avx2.h"
 #endif
+#if defined(__AMX_BF16__) && !AVX512
+#error "AMX without AVX512-BF16: no such CPU was expected (transpose16 and the tiles' packing need AVX-512)"
+#endif
 
 typedef uint16_t bf16;
 
@@ -138,7 +141,7 @@ static inline void store_rows(bf16 *out, int r, int R, __m512 v) { /* out[r .. r
 static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
                                                               int r0, int v0, int t0, bf16 *out,
                                                               const int VECS, const int TOKENS) {
-    __m512 acc[2][12]; /* TOKENS ≤ PAIR_TOKENS ≤ 12: the switch below names every count up to 12 */
+    __m512 acc[2][PAIR_TOKENS];
     for (int i = 0; i < VECS; i++)
         for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm512_setzero_ps();
     const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS + 16 * v0;
@@ -164,14 +167,14 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
 static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
                                                               int r0, int v0, int t0, bf16 *out,
                                                               const int VECS, const int TOKENS) {
-    __m256 acc[4][12]; /* TOKENS ≤ PAIR_TOKENS: larger counts are named by the switch below, never run */
+    __m256 acc[4][PAIR_TOKENS];
     for (int i = 0; i < 2 * VECS; i++)
         for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm256_setzero_ps();
     const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
     const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS + 16 * v0;
     const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
     for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
-        __m256 odd_x[12], even_x[12];
+        __m256 odd_x[PAIR_TOKENS], even_x[PAIR_TOKENS];
         if (TOKENS >= PREFETCH_TOKENS)
             for (int i = 0; i < VECS; i++) _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS + 16 * i), _MM_HINT_T1);
         for (int j = 0; j < TOKENS; j++) {
@@ -195,7 +198,8 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
 /* pairs_block with its bounds as constants, so the accumulators stay in registers. */
 static void pairs_block_of(const bf16 *x, int K, const uint32_t *Wp, int R, int r0, int v0, int vecs, int t0,
                            int tokens, bf16 *out) {
-#define PAIRS_BLOCK(V, T) pairs_block(x, K, Wp, R, r0, v0, t0, out, V, T)
+/* counts past PAIR_TOKENS never come (matmul_pairs cuts the tokens by it): clamped, they name no larger block */
+#define PAIRS_BLOCK(V, T) pairs_block(x, K, Wp, R, r0, v0, t0, out, V, (T) < PAIR_TOKENS ? (T) : PAIR_TOKENS)
 #define PAIRS_TOKENS(V)                                                                         \
     switch (tokens) {                                                                           \
     case 1: PAIRS_BLOCK(V, 1); break;                                                           \
@@ -234,6 +238,7 @@ static void matmul_pairs(const bf16 *x, int n, int K, const uint32_t *Wp, int R,
 #pragma omp barrier
 }
 
+#if AVX512 /* the dot-product path's scores and AMX (whose CPUs all have AVX512-BF16) */
 /* 16 rows of 16 32-bit lanes, transposed in registers: rows[i][j] becomes rows[j][i]. */
 static inline void transpose16(__m512i rows[16]) {
     __m512i t[16], u[16], v[16];
@@ -259,6 +264,7 @@ static inline void transpose16(__m512i rows[16]) {
         rows[k + 12] = _mm512_shuffle_i32x4(v[2 * k + 1], v[8 + 2 * k + 1], 0xdd);
     }
 }
+#endif
 
 #ifdef __AMX_BF16__
 /* AMX: a tile product C[16 r, 16 t] += A[16 r, 32 k] · B[16 k-pairs, 16 t, 2] takes 16 rows × 32 inputs of
@@ -492,6 +498,7 @@ typedef struct {
     int count;
 } Queries;
 
+#if AVX512
 /* Without AMX: the scores of 16 columns at a time for QUERIES queries, the columns in the lanes: `keys`
  * [d / 2 pairs][16 columns] is the 16 keys transposed, each query's pair p is broadcast, and a score is
  * the chain ((0 + q₀·k₀) + q₁·k₁) + … over the pairs in order, whichever block the query sits in. */
@@ -511,7 +518,6 @@ static inline __attribute__((always_inline)) void score_block(const Queries *Q, 
     for (int i = 0; i < QUERIES && i < Q->count; i++) _mm512_mask_storeu_ps(scores + (size_t)i * S + c0, lanes, acc[i]);
 }
 
-#if AVX512
 static void score_pairs(const Queries *Q, const bf16 *K, int S, int d, float *scores) {
     uint32_t keys[128 * 16] __attribute__((aligned(64))); /* [d / 2][16] */
     for (int c0 = 0; c0 < S; c0 += 16) { /* rows past S are cache slots not yet written: their lanes are dropped */
@@ -634,6 +640,8 @@ static void soften_row(float *row, int S, float scale) {
     }
 }
 
+#define QUERIES 6
+#if AVX512
 /* A value row's 32 dims from 32u on, widened to float32 by unpacking each bf16 under a zero half (one
  * instruction per 16 dims, where zero-extending and shifting takes two): `low` gets dims 32u + 8L + m and
  * `high` dims 32u + 8L + 4 + m, lane 4L + m (L, m < 4), as unpacking within 128-bit lanes orders them. */
@@ -657,8 +665,6 @@ static inline __m512 in_order(__m512 low, __m512 high, int half) {
  * sum would be one long chain of dependent adds); without, `total` holds them (soften_columns) and each
  * weight is broadcast straight from memory, so the FMAs have the vector ports to themselves. The sums'
  * dims sit in lanes as widen_unpacked puts them (the same values, in another order) until the store. */
-#define QUERIES 6
-#if AVX512
 static inline __attribute__((always_inline)) void weigh(Scores P, int S, const int count, float *total,
                                                         const bf16 *V, int d, bf16 *const *out, const int D16,
                                                         const int SUMS) {
@@ -723,12 +729,12 @@ static inline __attribute__((always_inline)) void weigh_two(Scores P, int S, con
 static inline __attribute__((always_inline)) void weigh(Scores P, int S, const int count, float *total,
                                                         const bf16 *V, int d, bf16 *const *out, const int D16,
                                                         const int SUMS) {
-    for (int j = 0; j < count; j += 2)
+    for (int j = 0; j < count; j += 2) {
+        const Scores from = {P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride};
         for (int u = 0; u < D16 / 2; u++) /* the denominators are added on the first pass over the dims */
-            if (count - j >= 2) weigh_two((Scores){P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride},
-                                          S, 2, total + j, V, d, out + j, u, SUMS);
-            else weigh_two((Scores){P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride},
-                           S, 1, total + j, V, d, out + j, u, SUMS);
+            if (count - j >= 2) weigh_two(from, S, 2, total + j, V, d, out + j, u, SUMS);
+            else weigh_two(from, S, 1, total + j, V, d, out + j, u, SUMS);
+    }
 }
 #endif
 
