@@ -2,8 +2,8 @@
 
 `kernel()` gives the loaded library or raises `NativeUnavailable` saying why
 (not an x86-64 Linux CPU with AVX512-BF16 or AVX2, no C compiler, a failed build).
-Without AVX-512 (AVX2 and FMA only) forward.c includes avx2.h, which computes its
-AVX-512 intrinsics lane for lane in two halves.
+Without AVX512-BF16 (AVX2 and FMA are enough) forward.c includes avx2.h, which
+computes its shared code's AVX-512 intrinsics lane for lane in two halves.
 The shared object is cached under the specscope cache, keyed by the source,
 the compiler, its flags and the CPU, so it is built once (about a second) and
 never twice for the same machine. It is linked against the OpenMP runtime
