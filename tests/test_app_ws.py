@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 
 import pytest
@@ -59,6 +60,39 @@ class SlowSteps:
 def slow_client(engine):
     with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: SlowSteps(engine))) as client:
         yield client
+
+
+class HeldSteps(SlowSteps):
+    """The tiny engine whose runs stop after each step's step_metrics until the test lets them go: while held,
+    a run surely holds the model, however loaded the machine (a 50 ms step is a window a busy CI can miss)."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.go = threading.Event()
+
+    def run(self, request, emit=None, cancelled=None, detail=True, memory="engine"):
+        def held(event):
+            emit(event)
+            if event.type == "step_metrics":
+                assert self.go.wait(timeout=60), "the test never let the run go"
+        return self.engine.run(request, held, cancelled, detail, memory)
+
+
+@pytest.fixture
+def held_client(engine):
+    steps = HeldSteps(engine)
+    with TestClient(create_app(ServerSettings(), engine_factory=lambda settings: steps)) as client:
+        try:
+            yield client, steps
+        finally:
+            steps.go.set()  # never leave the engine's thread waiting on a failed test
+
+
+def wait_until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the server never got there"
+        time.sleep(0.005)
 
 
 def run_message(prompt: str = "hello", **overrides) -> dict:
@@ -169,15 +203,17 @@ def test_binary_frame_gets_an_error_and_the_connection_stays_up(client):
         assert receive_run(ws)[-1]["type"] == "run_finished"
 
 
-def test_second_run_on_a_busy_connection_is_refused_and_the_first_finishes(slow_client):
-    # Slow steps: the first run is surely still going when the second arrives, however busy the machine.
-    with slow_client.websocket_connect("/ws") as ws:
+def test_second_run_on_a_busy_connection_is_refused_and_the_first_finishes(held_client):
+    # The first run is held after its first step, so it is surely still going when the second arrives.
+    client, steps = held_client
+    with client.websocket_connect("/ws") as ws:
         ws.send_json(run_message(max_new_tokens=3))
         assert ws.receive_json()["type"] == "run_started"
         ws.send_json(run_message(max_new_tokens=3))
         messages = receive_run(ws)
         errors = [m for m in messages if m["type"] == "error"]
         assert errors and "already in progress" in errors[0]["message"]
+        steps.go.set()
         assert receive_run(ws)[-1]["type"] == "run_finished"
 
 
@@ -263,19 +299,24 @@ def test_cancel_then_run_at_once_runs_the_new_one_after_the_old_ones_run_finishe
     assert new[-1]["type"] == "run_finished" and new[-1]["stop_reason"] != "cancelled"
 
 
-def test_a_run_cancelled_while_it_waits_for_the_old_one_is_told_so_after_the_old_ones_run_finished(slow_client):
-    # Slow steps: the old run holds the model until its step ends, so the new run is surely still waiting
-    # when its cancel lands (with the tiny model's millisecond steps the old one could be gone by then).
-    with slow_client.websocket_connect("/ws") as ws:
+def test_a_run_cancelled_while_it_waits_for_the_old_one_is_told_so_after_the_old_ones_run_finished(held_client):
+    # The old run is held after its first step, so it holds the model until the new one has surely joined the
+    # line and left it again: the line's own count says when each has happened.
+    client, steps = held_client
+    line = client.app.state.line
+    with client.websocket_connect("/ws") as ws:
         ws.send_json(run_message("old", max_new_tokens=LONG))
         receive_until(ws, "step_metrics")
         ws.send_json({"type": "cancel"})
         ws.send_json(run_message("new", max_new_tokens=3))
+        wait_until(lambda: line.waiting == 1)  # it joined the line behind the old run
         ws.send_json({"type": "cancel"})
+        wait_until(lambda: line.waiting == 0)  # and left it, cancelled, before the old run let go of the model
+        steps.go.set()
         old = receive_run(ws)
         new = receive_run(ws)
-    assert old[-1]["type"] == "run_finished"
-    assert {m["type"] for m in new[:-1]} <= {"queued"}  # it had joined the line behind the old run
+    assert old[-1]["type"] == "run_finished" and old[-1]["stop_reason"] == "cancelled"
+    assert {m["type"] for m in new[:-1]} <= {"queued"}
     assert new[-1]["type"] == "error" and new[-1]["message"] == "cancelled before it started"
 
 
