@@ -96,6 +96,18 @@ class CostTable:
             entry = self._priced[key] = (row, _step_up(self.ns, self._once("monotone", row, _non_decreasing), n))
         return entry[1]
 
+    def prices(self, count: int, context: int, batch: int = 1, model: str = "target") -> list[float]:
+        """[cost(0), cost(1), …, cost(count)] at this context and batch: the price list of taking the first k of
+        `count` items, made once per row and length (cast walks one at every layer and at every rerank).
+
+        >>> CostTable.assumed().prices(2, 512) == [0.0, CostTable.assumed().cost(1, 512), CostTable.assumed().cost(2, 512)]
+        True
+        """
+        costs = self.target if model == "target" else self.draft_costs()
+        row = costs.ms[_bucket(self.batches, batch)][_bucket(self.contexts, context)]
+        return self._once(f"prices {count}", row, lambda row: [0.0] + [
+            _step_up(self.ns, self._once("monotone", row, _non_decreasing), n) for n in range(1, count + 1)])
+
     def _once(self, kind: str, source: Any, derive: Any) -> Any:
         """derive(source), computed once per source object."""
         key = (kind, id(source))

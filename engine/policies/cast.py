@@ -194,6 +194,16 @@ class CastPolicy(Policy):
         """A target forward of n tokens in t₁."""
         return self.costs.verify_cost(n, context, self.cost_batch) / self.unit_ms(context)
 
+    def draft_prices(self, count: int, context: int) -> list[float]:
+        """[draft_cost(k, context) for k = 0 … count], the table read once (a layer prices every width)."""
+        unit = self.unit_ms(context)
+        return [self.draft_scale * ms / unit for ms in self.costs.prices(count, context, self.cost_batch, "draft")]
+
+    def verify_prices(self, count: int, context: int) -> list[float]:
+        """[verify_cost(m, context) for m = 0 … count]."""
+        unit = self.unit_ms(context)
+        return [ms / unit for ms in self.costs.prices(count, context, self.cost_batch)]
+
     def value(self, score: float) -> float:
         """A node's utility: its calibrated chance of being accepted."""
         return min(1.0, self.kappa * score)
@@ -229,12 +239,13 @@ class CastPolicy(Policy):
         utility = [0.0]
         for i in considered:
             utility.append(utility[-1] + self.value(pool.score[i]))
-        cost = [self.draft_cost(k, context) for k in range(len(considered) + 1)]
+        cost = self.draft_prices(len(considered), context)
         return marginal_walk(utility, cost, self.params.c1, start=min(1, len(considered)))
 
     def _width_decisions(self, pool: Pool, ranked: list[int], width: MarginalChoice) -> list[Decision]:
         """Every candidate is kept for the rerank; the first `width.count` by score are grown."""
         decisions: list[Decision] = [None] * len(pool)  # type: ignore[list-item]
+        unit_ms = self.unit_ms(self._prefix_len)
         for rank, i in enumerate(ranked):
             if rank >= len(width.ratio):
                 decisions[i] = Decision(kept=True, expanded=False, reason="budget", threshold=self.params.c1,
@@ -242,8 +253,7 @@ class CastPolicy(Policy):
                                                 "max_width": self.params.max_width})
                 continue
             detail = {"utility": self.value(pool.score[i]), "rank": rank + 1, "marginal_utility": width.gain[rank],
-                      "marginal_cost": width.spend[rank], "ratio": _finite(width.ratio[rank]),
-                      "unit_ms": self.unit_ms(self._prefix_len)}
+                      "marginal_cost": width.spend[rank], "ratio": _finite(width.ratio[rank]), "unit_ms": unit_ms}
             if rank == 0:
                 detail["ratio"] = _finite(float("inf"))  # the best is grown whenever the layer grows
             decisions[i] = Decision(kept=True, expanded=rank < width.count, reason="cost",
@@ -277,7 +287,7 @@ class CastPolicy(Policy):
         utility = [0.0]
         for i in considered:
             utility.append(utility[-1] + self.value(tree.score[i]))
-        cost = [self.verify_cost(m + 1, self._prefix_len) for m in range(len(considered) + 1)]
+        cost = self.verify_prices(len(considered) + 1, self._prefix_len)[1:]  # m nodes verify with the root
         choice = marginal_walk(utility, cost, self.params.c3)
         count = max(choice.count, min(self.params.min_verify, len(considered)))
         chosen = set(considered[:count])
@@ -285,13 +295,14 @@ class CastPolicy(Policy):
         kept = set(keep)
         self._verified_score = sum(tree.score[i] for i in keep[1:])
         pruned = {}
+        unit_ms = self.unit_ms(self._prefix_len)
         for rank, i in enumerate(drafted):
             if i in kept:
                 continue
             detail = {"utility": self.value(tree.score[i]), "rank": rank + 1}
             if rank < len(choice.ratio):
                 detail.update(marginal_utility=choice.gain[rank], marginal_cost=choice.spend[rank],
-                              ratio=_finite(choice.ratio[rank]), unit_ms=self.unit_ms(self._prefix_len))
+                              ratio=_finite(choice.ratio[rank]), unit_ms=unit_ms)
             else:
                 detail["max_total"] = self.params.max_total
             pruned[i] = Decision(kept=False, expanded=False, reason="rerank", threshold=self.params.c3, detail=detail)
