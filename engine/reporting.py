@@ -21,7 +21,7 @@ from engine.events import (Candidate, CostsSummary, DraftLayer, DraftTreeDone, E
                            PolicyAdjusted, RunFinished, RunStarted, StepMetrics, TextDelta, TokenOdds, TreeNode,
                            Verification, WalkNode)
 from engine.interface import Emit
-from engine.models.codec import Codec
+from engine.models.codec import Codec, TextStream
 from engine.policies.base import Adjustment, Decision, Rerank
 from engine.timing import Timings
 from engine.tree import DraftTree
@@ -66,11 +66,11 @@ class RunReporter:
         self.totals = Timings()
         self.steps = 0
         self.draft_forwards = 0
-        self._text = ""  # decoded so far; each text event carries what it added
+        self._text = TextStream(codec)  # each text event carries what its step added
 
     def resume_after(self, generated: list[int]) -> None:
         """A run that starts mid-output (a what-if) reports only the text its own steps add."""
-        self._text = self.codec.decode(generated).rstrip("\ufffd")
+        self._text = TextStream(self.codec, generated)
 
     def started(self, **fields: Any) -> None:
         self.emit(RunStarted(**self.header, **fields))
@@ -101,11 +101,9 @@ class RunReporter:
         header = {**self.header, "step": result.step}
         if self.detail:
             self.emit(Verification(**header, **self._verdicts(result)))
-        # A token can end inside a multi-byte character: hold its replacement mark back until complete.
-        text = self.codec.decode(result.generated)
-        text = text if final else text.rstrip("\ufffd")
-        delta, self._text = text[len(self._text):], text
-        self.emit(TextDelta(**header, tokens=result.kept, text=delta, accepted=result.accepted_kept))
+        # A token can end inside a multi-byte character: its replacement mark is held back until complete.
+        self.emit(TextDelta(**header, tokens=result.kept, text=self._text.piece(result.generated, final),
+                            accepted=result.accepted_kept))
 
     def step_done(self, result: VerifiedStep, draft_forwards: int, times: Timings,
                   adjustments: list[Adjustment], shared: int = 1) -> None:

@@ -91,6 +91,42 @@ class ByteCodec(Codec):
         return bytes([token]).decode("latin-1") if token < 256 else f"<{token}>"
 
 
+class TextStream:
+    """The text of a growing list of generated ids, handed out a piece at a time.
+
+    Decoding every id at every step costs O(n) a step, O(n²) a run (SmolLM2's tokenizer: 0.04 ms at 96
+    tokens, 0.3 ms at 1 000). A piece is read from a window of the latest ids instead: appending ids
+    changes nothing of a window's text but its end, where an incomplete character shows as U+FFFD and is
+    held back until whole (or the run ends). The window moves up once it spans 2 × WINDOW ids and its text
+    ends on a whole character; it keeps its last WINDOW ids, so a tokenizer that drops the leading space of
+    the first id it decodes (SentencePiece's) reads the same text at the window's end either way.
+
+    >>> ids = list("h€llo".encode())
+    >>> stream = TextStream(ByteCodec())
+    >>> [stream.piece(ids[:n]) for n in (1, 2, 3, 4, 7)]
+    ['h', '', '', '€', 'llo']
+    >>> stream.piece(ids + [0xE2], final=True)  # the run ends mid-character: what there is
+    '\ufffd'
+    """
+
+    WINDOW = 16
+
+    def __init__(self, codec: Codec, generated: list[int] = ()):
+        self.codec = codec
+        self._start = 0  # the window's first id
+        self._shown = len(codec.decode(list(generated)).rstrip("\ufffd"))  # of the window's text, given out
+
+    def piece(self, generated: list[int], final: bool = False) -> str:
+        """The text `generated` adds to what was given out before (all of it when `final`)."""
+        text = self.codec.decode(generated[self._start:])
+        shown = text if final else text.rstrip("\ufffd")
+        piece, self._shown = shown[self._shown:], len(shown)
+        if len(generated) - self._start >= 2 * self.WINDOW and shown == text:
+            self._start = len(generated) - self.WINDOW
+            self._shown = len(self.codec.decode(generated[self._start:]))
+        return piece
+
+
 def _byte_level_alphabet() -> dict[str, int]:
     """GPT-2's byte-level BPE alphabet, character -> byte: printable bytes stand for themselves, the
     rest for 256 + their rank (the mapping Hugging Face's ByteLevel pre-tokenizer uses)."""
