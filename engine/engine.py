@@ -344,7 +344,7 @@ class _Run:
         context = self.prompt_ids + self.generated
         features = None
         if len(context) > 1:
-            out = self.target.forward_chain(context[:-1], hidden_layers=self.feature_layers)
+            out = self.target.forward_chain(context[:-1], hidden_layers=self.feature_layers, logits=False)
             features = torch.cat(out.hidden, dim=-1) if out.hidden else None  # [C-1, F]
         if self.drafter:
             self.drafter.start(list(context), features)

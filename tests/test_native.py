@@ -163,6 +163,38 @@ def test_a_forward_longer_than_one_call_is_cut_into_calls_that_give_the_same_bit
 
 
 @needs_kernel
+@pytest.mark.parametrize("calls", ["one call", "several calls"])
+def test_a_forward_without_logits_leaves_the_cache_features_and_next_logits_bit_for_bit(kernel_path, calls):
+    """A prefill asks for no logits (`logits=False`): the kernel skips its output head, and nothing else
+    changes: the same features, the same cache, so the same logits at the next step."""
+    outputs = []
+    for want in (True, False):
+        lm, _, _ = lms(seed=6)
+        if calls == "several calls":
+            lm.kernel_max_tokens = 5
+        prefix = [(13 * i) % 200 for i in range(23)]
+        prefill = lm.forward_chain(prefix, (2, -1), logits=want)
+        assert (prefill.logits is None) == (not want)
+        step = lm.forward_chain([42], (2, -1))
+        outputs.append((prefill.hidden, lm.kv[:, :, :, :lm.cache_len].clone(), step.logits, step.hidden))
+    (hidden, kv, logits, step_hidden), (hidden_, kv_, logits_, step_hidden_) = outputs
+    assert all(torch.equal(a, b) for a, b in zip(hidden + step_hidden, hidden_ + step_hidden_))
+    assert torch.equal(kv, kv_) and torch.equal(logits, logits_)
+
+
+def test_torchs_lean_forward_without_logits_leaves_the_cache_and_features_as_they_are():
+    outputs = []
+    for want in (True, False):
+        _, lean, reference = lms(seed=6)
+        for lm in (lean, reference):
+            prefill = lm.forward_chain(list(range(3, 40)), (1, -1), logits=want)
+            assert (prefill.logits is None) == (not want)
+            outputs.append((prefill.hidden, lm.forward_chain([42]).logits))
+    for (hidden, logits), (hidden_, logits_) in zip(outputs[:2], outputs[2:]):
+        assert all(torch.equal(a, b) for a, b in zip(hidden, hidden_)) and torch.equal(logits, logits_)
+
+
+@needs_kernel
 def test_the_kernel_refuses_calls_past_its_cache_or_table_with_a_reason_not_a_crash(kernel_path):
     lm, _, _ = lms(seed=1)
     x = lm.embed[:2].clone()

@@ -119,10 +119,12 @@ class CopyLM(CachedLM):
     def reset(self) -> None:
         self.tokens: list[int] = []
 
-    def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
+    def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = (), logits: bool = True
+                      ) -> ForwardOutput:
         start = len(self.tokens)
         self.tokens += tokens
-        return self._output([self.tokens[:start + i + 1] for i in range(len(tokens))], tokens, hidden_layers)
+        out = self._output([self.tokens[:start + i + 1] for i in range(len(tokens))], tokens, hidden_layers)
+        return out if logits else ForwardOutput(logits=None, hidden=out.hidden)
 
     def forward_tree(self, tokens: list[int], positions: torch.Tensor, allowed: torch.Tensor,
                      hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:

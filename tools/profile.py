@@ -107,7 +107,7 @@ def lm_timer(lm: Any, context: int) -> Callable[[int], float]:
     as a tree, the call and mask a verify makes, on `context` cached random tokens."""
     vocab = int(lm.config.vocab_size)
     lm.reset()
-    lm.forward_chain(torch.randint(0, vocab, (context,)).tolist())
+    lm.forward_chain(torch.randint(0, vocab, (context,)).tolist(), logits=False)
 
     def time_n(n: int) -> float:
         tokens = torch.randint(0, vocab, (n,)).tolist()
@@ -165,7 +165,7 @@ def batch_timer(lm: Any, context: int, batch: int) -> Callable[[int], float]:
     vocab = int(lm.config.vocab_size)
     sessions = [lm.session() for _ in range(batch)]
     for session in sessions:
-        session.forward_chain(torch.randint(0, vocab, (context,)).tolist())
+        session.forward_chain(torch.randint(0, vocab, (context,)).tolist(), logits=False)
 
     def time_n(n: int) -> float:
         allowed = tree_attention_allowed([-1] + list(range(n - 1)), prefix_len=context)  # [n, C + n]

@@ -21,7 +21,7 @@ import torch
 
 @dataclass
 class ForwardOutput:
-    logits: torch.Tensor  # [N, V] float32 (float64 for a float64 model)
+    logits: torch.Tensor | None  # [N, V] float32 (float64 for a float64 model); None where none were asked for
     hidden: tuple[torch.Tensor, ...] = ()  # each [N, H]: inputs of the requested layers
 
 
@@ -73,8 +73,10 @@ class LanguageModel(Protocol):
     def reset(self) -> None:
         """Empties the cache."""
 
-    def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
-        """Appends `tokens` causally after the cache."""
+    def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = (), logits: bool = True
+                      ) -> ForwardOutput:
+        """Appends `tokens` causally after the cache; `logits=False` asks for the cache and the hidden
+        states alone (a prefill, whose logits no one reads: the output head is a fifth of its arithmetic)."""
 
     def forward_tree(self, tokens: list[int], positions: torch.Tensor, allowed: torch.Tensor,
                      hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:

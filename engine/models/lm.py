@@ -41,12 +41,15 @@ class CachedLM(LanguageModel):
         self.cache = kvcache.new_cache(self.config)
 
     @torch.inference_mode()
-    def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
-        """Appends `tokens` causally after the cache."""
+    def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = (), logits: bool = True
+                      ) -> ForwardOutput:
+        """Appends `tokens` causally after the cache (Hugging Face's forward computes the logits either way;
+        `logits=False` only leaves them out of the output)."""
         ids = torch.tensor([tokens], device=self.device)  # [1, N]
         start = self.cache_len
         positions = torch.arange(start, start + len(tokens), device=self.device)[None]  # [1, N]
-        return self._run(ids, positions, None, hidden_layers)
+        out = self._run(ids, positions, None, hidden_layers)
+        return out if logits else ForwardOutput(logits=None, hidden=out.hidden)
 
     @torch.inference_mode()
     def forward_tree(self, tokens: list[int], positions: torch.Tensor, allowed: torch.Tensor,

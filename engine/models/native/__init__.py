@@ -332,8 +332,9 @@ class NativeForward:
         return copies
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
-                 feature_layers: list[int], cache=None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits [N, V] (bf16) and the residual stream at `feature_layers` ([N, H] each) for x [N, H]
+                 feature_layers: list[int], cache=None, logits: bool = True
+                 ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+        """Logits [N, V] (bf16; None without `logits`: the kernel skips the output head) and the residual stream at `feature_layers` ([N, H] each) for x [N, H]
         at rotary `positions` [N], the new keys and values written from cache slot `start` on; `mask`
         [N, M] bool over the last M columns (None: every column visible). x, contiguous, is the
         residual stream the kernel updates in place: pass a tensor of its own (FastLM's gathered
@@ -342,7 +343,7 @@ class NativeForward:
         lm = cache or self.lm
         mask = None if mask is None else mask.to(torch.uint8).contiguous()
         positions = positions.to(torch.int64).contiguous()
-        call, logits, features, _buffers = self._call(x, feature_layers)  # the buffers live until the call returns
+        call, logits, features, _buffers = self._call(x, feature_layers, logits)  # the buffers live until the call returns
         call.n, call.start, call.capacity = x.shape[0], start, lm.capacity
         call.masked_columns = 0 if mask is None else mask.shape[1]
         call.positions, call.cos, call.sin_signed = _address(positions), _address(lm.cos), _address(lm.sin_signed)
@@ -380,14 +381,16 @@ class NativeForward:
             raise refused(code, "forward")
         return logits, self._features(features, feature_layers, spans)
 
-    def _call(self, x: torch.Tensor, feature_layers: list[int]) -> tuple[Forward, torch.Tensor, torch.Tensor | None, dict]:
-        """The Forward of x's rows, its weights, scratch, logits and features filled (and the scratch, which
-        the caller keeps alive through the call); the sequence's (or the batch's) fields are the caller's."""
+    def _call(self, x: torch.Tensor, feature_layers: list[int], want_logits: bool = True
+              ) -> tuple[Forward, torch.Tensor | None, torch.Tensor | None, dict]:
+        """The Forward of x's rows, its weights, scratch, logits (None, and no output head, without
+        `want_logits`) and features filled (and the scratch, which the caller keeps alive through the call);
+        the sequence's (or the batch's) fields are the caller's."""
         lm, dims = self.lm, self.dims
         n, hidden, inter = x.shape[0], dims.hidden, dims.inter
         width = (dims.heads + 2 * dims.kv_heads) * dims.head_dim
         new = functools.partial(torch.empty, dtype=torch.bfloat16)
-        logits = new(n, dims.vocab)
+        logits = new(n, dims.vocab) if want_logits else None
         slots = sorted(set(feature_layers))
         features = new(len(slots), n, hidden) if slots else None
         feature_slot = self._feature_slot(tuple(slots))

@@ -795,7 +795,7 @@ typedef struct {
     const uint32_t *lm_head_pairs;     /* lm_head paired, or NULL on the AMX path */
     bf16 *x;                           /* [N, H]: the embeddings in, the residual stream through */
     bf16 *normed, *qkv, *heads_out, *projected, *gate_up, *mlp; /* scratch */
-    bf16 *logits;                      /* [N, V] */
+    bf16 *logits;                      /* [N, V], or NULL: no output head (a prefill's cache and features only) */
     bf16 *features;                    /* [F, N, H] or NULL */
     const int32_t *feature_slot;       /* [L + 1] */
     double *timings;                   /* [4] seconds added per stage: glue, products, attention, output; or NULL */
@@ -1061,7 +1061,8 @@ int forward_batch(const Forward *f, const Sequence *seqs, int count) {
             save_feature(f, D->layers, f->normed);
         }
         mark(&clock, 0);
-        matmul(f->normed, n, H, f->lm_head, f->lm_head_tiles, f->lm_head_pairs, D->vocab, f->logits, packed);
+        if (f->logits) /* the same pointer on every thread: all of the team skips it, or none */
+            matmul(f->normed, n, H, f->lm_head, f->lm_head_tiles, f->lm_head_pairs, D->vocab, f->logits, packed);
         mark(&clock, 3);
 #ifdef __AMX_BF16__
         if (packed) _tile_release();
