@@ -100,7 +100,8 @@ class CostTable:
         """[cost(0), cost(1), …, cost(count)] at this context and batch: the price list of taking the first k of
         `count` items, made once per row and length (cast walks one at every layer and at every rerank).
 
-        >>> CostTable.assumed().prices(2, 512) == [0.0, CostTable.assumed().cost(1, 512), CostTable.assumed().cost(2, 512)]
+        >>> table = CostTable.assumed()
+        >>> table.prices(2, 512) == [0.0, table.cost(1, 512), table.cost(2, 512)]
         True
         """
         costs = self.target if model == "target" else self.draft_costs()

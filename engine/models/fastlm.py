@@ -265,15 +265,15 @@ class FastLM(LanguageModel):
         visible = int(item.allowed.all(dim=0).int().cumprod(0).sum())  # leading columns every token sees
         return _Share(self, item.tokens, item.positions.to(self.device), item.allowed[:, visible:], item.hidden_layers)
 
-    def _forward(self, share: "_Share", logits: bool = True) -> ForwardOutput:
+    def _forward(self, share: "_Share", want_logits: bool = True) -> ForwardOutput:
         """One session's new tokens: in the kernel where it runs, else torch's lean forward."""
         if self.kernel:
             self._grow(self.length + len(share.tokens))
             x = self.embed[torch.tensor(share.tokens, device=self.device)]  # [N, H]
-            return self._forward_native(x, share.positions, share.masked, share.hidden_layers, logits)
-        return self._lean([share], logits)[0]
+            return self._forward_native(x, share.positions, share.masked, share.hidden_layers, want_logits)
+        return self._lean([share], want_logits)[0]
 
-    def _lean(self, shares: list["_Share"], logits: bool = True) -> list[ForwardOutput]:
+    def _lean(self, shares: list["_Share"], want_logits: bool = True) -> list[ForwardOutput]:
         """torch's forward over every share's tokens at once (each share a session of this model): one
         product per weight over the rows of all, each share's rows attending over its own cache."""
         parts, row = [], 0
@@ -294,22 +294,20 @@ class FastLM(LanguageModel):
             part.lm.length = part.start + part.rows.stop - part.rows.start
         x = self._norm(x, self.norm)
         features[len(self.layers)] = x  # Hugging Face's last hidden state is after the final norm
-        if not logits:
-            return [ForwardOutput(logits=None, hidden=tuple(features[i % len(features)][part.rows]
-                                                            for i in share.hidden_layers))
-                    for part, share in zip(parts, shares)]
-        logits = linear(x, self.lm_head)  # [ΣN, V]
-        logits = logits if logits.dtype == torch.float64 else logits.float()
-        return [ForwardOutput(logits=logits[part.rows],
+        logits = linear(x, self.lm_head) if want_logits else None  # [ΣN, V]
+        if logits is not None and logits.dtype != torch.float64:
+            logits = logits.float()
+        return [ForwardOutput(logits=logits[part.rows] if logits is not None else None,
                               hidden=tuple(features[i % len(features)][part.rows] for i in share.hidden_layers))
                 for part, share in zip(parts, shares)]
 
     def _forward_native(self, x: torch.Tensor, positions: torch.Tensor, masked: torch.Tensor | None,
                         hidden_layers: tuple[int, ...], want_logits: bool = True) -> ForwardOutput:
         """The same forward in the native kernel, in calls of at most `kernel_max_tokens` new tokens;
-        `masked` as in `_forward`; without `want_logits` the kernel skips the output head. Call j holds rows [a, b): they see every column before the masked
-        ones and, of those, the ones up to b (later rows are not in the cache yet, and no row may see
-        them anyway: a tree lists parents before children, a chain is causal)."""
+        `masked` as in `_forward`; without `want_logits` the kernel skips the output head. Call j holds rows
+        [a, b): they see every column before the masked ones and, of those, the ones up to b (later rows are
+        not in the cache yet, and no row may see them anyway: a tree lists parents before children, a chain
+        is causal)."""
         n, start, step = x.shape[0], self.length, self.kernel_max_tokens
         layers = len(self.layers) + 1  # Hugging Face's hidden_states: every layer's input, then the last
         wanted = [i % layers for i in hidden_layers]
@@ -321,14 +319,12 @@ class FastLM(LanguageModel):
             self.length = start + b
             logits.append(part)
             features.append(seen)
-        if not want_logits:
-            hidden = tuple(torch.cat([f[i] for f in features]) if len(features) > 1 else features[0][i]
-                           for i in range(len(wanted)))
-            return ForwardOutput(logits=None, hidden=hidden)
-        if len(logits) == 1:  # every decode and verify step: nothing to join
-            return ForwardOutput(logits=native.widen(logits[0]), hidden=tuple(features[0]))
-        hidden = tuple(torch.cat([f[i] for f in features]) for i in range(len(wanted)))
-        return ForwardOutput(logits=native.widen(torch.cat(logits)), hidden=hidden)
+        if len(features) == 1:  # every decode and verify step: nothing to join
+            hidden, logits = tuple(features[0]), logits[0]
+        else:
+            hidden = tuple(torch.cat([f[i] for f in features]) for i in range(len(wanted)))
+            logits = torch.cat(logits) if want_logits else None
+        return ForwardOutput(logits=native.widen(logits) if want_logits else None, hidden=hidden)
 
     def _layer(self, index: int, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                parts: list["_Part"]) -> torch.Tensor:

@@ -190,17 +190,13 @@ class CastPolicy(Policy):
         """A draft forward of n tokens in t₁, as the table predicts it, scaled by ρ."""
         return self.draft_scale * self.costs.draft_cost(n, context, self.cost_batch) / self.unit_ms(context)
 
-    def verify_cost(self, n: int, context: int) -> float:
-        """A target forward of n tokens in t₁."""
-        return self.costs.verify_cost(n, context, self.cost_batch) / self.unit_ms(context)
-
     def draft_prices(self, count: int, context: int) -> list[float]:
         """[draft_cost(k, context) for k = 0 … count], the table read once (a layer prices every width)."""
         unit = self.unit_ms(context)
         return [self.draft_scale * ms / unit for ms in self.costs.prices(count, context, self.cost_batch, "draft")]
 
     def verify_prices(self, count: int, context: int) -> list[float]:
-        """[verify_cost(m, context) for m = 0 … count]."""
+        """[a target forward of m tokens in t₁ for m = 0 … count]."""
         unit = self.unit_ms(context)
         return [ms / unit for ms in self.costs.prices(count, context, self.cost_batch)]
 

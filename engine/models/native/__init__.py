@@ -334,16 +334,16 @@ class NativeForward:
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
                  feature_layers: list[int], cache=None, logits: bool = True
                  ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
-        """Logits [N, V] (bf16; None without `logits`: the kernel skips the output head) and the residual stream at `feature_layers` ([N, H] each) for x [N, H]
-        at rotary `positions` [N], the new keys and values written from cache slot `start` on; `mask`
-        [N, M] bool over the last M columns (None: every column visible). x, contiguous, is the
-        residual stream the kernel updates in place: pass a tensor of its own (FastLM's gathered
-        embeddings are). `cache`: the FastLM session whose KV cache and rotary tables the call reads and
-        writes (None: the one the weights were bound from)."""
+        """Logits [N, V] (bf16; None without `logits`: the kernel skips the output head) and the residual
+        stream at `feature_layers` ([N, H] each) for x [N, H] at rotary `positions` [N], the new keys and
+        values written from cache slot `start` on; `mask` [N, M] bool over the last M columns (None: every
+        column visible). x, contiguous, is the residual stream the kernel updates in place: pass a tensor
+        of its own (FastLM's gathered embeddings are). `cache`: the FastLM session whose KV cache and rotary
+        tables the call reads and writes (None: the one the weights were bound from)."""
         lm = cache or self.lm
         mask = None if mask is None else mask.to(torch.uint8).contiguous()
         positions = positions.to(torch.int64).contiguous()
-        call, logits, features, _buffers = self._call(x, feature_layers, logits)  # the buffers live until the call returns
+        call, logits, features, _buffers = self._call(x, feature_layers, logits)  # buffers alive until the call returns
         call.n, call.start, call.capacity = x.shape[0], start, lm.capacity
         call.masked_columns = 0 if mask is None else mask.shape[1]
         call.positions, call.cos, call.sin_signed = _address(positions), _address(lm.cos), _address(lm.sin_signed)
