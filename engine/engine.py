@@ -130,13 +130,8 @@ class SpecEngine:
 
     @cached_property
     def _native_argmax(self) -> bool:
-        if forward_choice() != "native":
-            return False  # SPECSCOPE_FORWARD=lean or plain: torch's ops throughout
-        try:
-            native.kernel()
-        except native.NativeUnavailable:
-            return False
-        return True
+        # SPECSCOPE_FORWARD=lean or plain: torch's ops throughout
+        return forward_choice() == "native" and native.available()
 
     @property
     def forward_name(self) -> str:

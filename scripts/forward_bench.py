@@ -123,13 +123,11 @@ def revision_kernel(revision: str):
     from pathlib import Path
 
     from engine.models import native
+    from products_bench import sources_at  # this folder's: forward.c and its headers at a revision
 
     scratch = Path(tempfile.mkdtemp())
-    for path in (native.SOURCE, *native.HEADERS):  # the files it includes, as they were (a header may be newer)
-        shown = subprocess.run(["git", "show", f"{revision}:engine/models/native/{path.name}"], capture_output=True,
-                               text=True)
-        if shown.returncode == 0:
-            (scratch / path.name).write_text(shown.stdout)
+    for name, text in sources_at(revision).items():  # the files it includes, as they were (a header may be newer)
+        (scratch / name).write_text(text)
     subprocess.run(["gcc", *native.FLAGS, "-o", str(scratch / "forward.so"), str(scratch / "forward.c"), "-lm"],
                    check=True)
     return native._checked(native._declare(ctypes.CDLL(str(scratch / "forward.so"))))
