@@ -402,8 +402,10 @@ class _Run:
         return max(0, min(left, context_left))
 
     def _verify_item(self, tree: DraftTree) -> BatchItem:
-        """The target forward over every node: a one-node tree is a chain, a larger one a tree under its mask."""
-        if len(tree) == 1:
+        """The target forward over every node: a path (one node, or a chain's drafts) as a causal chain, which
+        sees exactly what its tree mask would let it see (so the same logits, bit for bit, in the kernel and
+        in torch's lean forward) without building that mask; any other tree under its mask."""
+        if tree.is_path:
             return BatchItem(self.target, tree.token, hidden_layers=self.feature_layers)
         prefix = self.target.cache_len
         allowed = tree_attention_allowed(tree.parent, prefix)  # [T, P + T]

@@ -88,6 +88,18 @@ class DraftTree:
     def max_depth(self) -> int:
         return max(self.depth)
 
+    @property
+    def is_path(self) -> bool:
+        """Whether every node is the child of the one before it: a chain, which a causal forward verifies
+        under the same visibility as its tree mask.
+
+        >>> t = DraftTree.with_root(5); a = t.add(0, 7, 0.5, 0.5); t.is_path
+        True
+        >>> b = t.add(0, 8, 0.3, 0.3); t.is_path
+        False
+        """
+        return all(p == i for i, p in enumerate(self.parent[1:]))
+
     def children(self, node: int) -> list[int]:
         return [i for i, p in enumerate(self.parent) if p == node]
 
