@@ -122,8 +122,8 @@ class SpecEngine:
 
     def argmax_for(self, logits: torch.Tensor) -> Callable[[torch.Tensor, int], int]:
         """How greedy acceptance finds a row's argmax in these logits: in the native kernel where it runs and
-        they are float32 rows it reads (the same index, a fiftieth of torch's time), else torch's."""
-        if (self._native_argmax and logits.dtype == torch.float32 and logits.device.type == "cpu"
+        they are float32 or bf16 rows it reads (the same index, a fiftieth of torch's time), else torch's."""
+        if (self._native_argmax and logits.dtype in (torch.float32, torch.bfloat16) and logits.device.type == "cpu"
                 and logits.is_contiguous()):
             return native.argmax_row
         return row_argmax
@@ -363,7 +363,7 @@ class _Run:
         verified = clock(device)
         tree = drafted.tree
         features = torch.cat(out.hidden, dim=-1) if out.hidden else None  # [T, F]
-        accepted, probs = self._accept(tree, out.logits, drafted.dists)
+        accepted, probs = self._accept(tree, out, drafted.dists)
         emitted = [tree.token[i] for i in accepted.path[1:]] + [accepted.token]
         self._commit(tree, accepted, emitted, features)
         kept, stop = self._truncate(emitted)
@@ -411,13 +411,17 @@ class _Run:
         allowed = tree_attention_allowed(tree.parent, prefix)  # [T, P + T]
         return BatchItem(self.target, tree.token, position_ids(tree.depth, prefix), allowed, self.feature_layers)
 
-    def _accept(self, tree: DraftTree, logits: torch.Tensor, dists: dict[int, torch.Tensor]
+    def _accept(self, tree: DraftTree, out: ForwardOutput, dists: dict[int, torch.Tensor]
                 ) -> tuple[Acceptance, Callable[[int], torch.Tensor]]:
-        """The acceptance walk, and the target's distribution at a node as the walk read it (for the report)."""
+        """The acceptance walk, and the target's distribution at a node as the walk read it (for the report).
+        A greedy walk that reports no odds reads its argmaxes off the kernel's bf16 logits where it has them
+        (the same indices: widening is exact), so they are never widened."""
         if self.request.sampling.greedy:
-            return (accept_greedy(tree, logits, odds=self.reporter.detail, argmax=self.engine.argmax_for(logits)),
-                    lambda node: torch.softmax(logits[node].double(), dim=-1))
-        probs = probs_from_logits(logits, self.request.sampling)  # [T, V]
+            detail = self.reporter.detail
+            logits = out.narrow if out.narrow is not None and not detail else out.logits
+            return (accept_greedy(tree, logits, odds=detail, argmax=self.engine.argmax_for(logits)),
+                    lambda node: torch.softmax(out.logits[node].double(), dim=-1))
+        probs = probs_from_logits(out.logits, self.request.sampling)  # [T, V]
         return accept_sampled(tree, probs, dists, self.generator), lambda node: probs[node]
 
     def _commit(self, tree: DraftTree, accepted: Acceptance, emitted: list[int], features: torch.Tensor | None) -> None:

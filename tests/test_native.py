@@ -20,6 +20,7 @@ import torch
 
 from conftest import random_prompts
 from engine.models import native
+from engine.models.base import BatchItem
 from engine.models.fastlm import FastLM, causal_lm
 from engine.policies import POLICIES
 from engine.request import GenerationRequest
@@ -180,6 +181,26 @@ def test_a_forward_without_logits_leaves_the_cache_features_and_next_logits_bit_
     (hidden, kv, logits, step_hidden), (hidden_, kv_, logits_, step_hidden_) = outputs
     assert all(torch.equal(a, b) for a, b in zip(hidden + step_hidden, hidden_ + step_hidden_))
     assert torch.equal(kv, kv_) and torch.equal(logits, logits_)
+
+
+@needs_kernel
+def test_the_kernels_logits_stay_bf16_until_read_then_widen_to_the_same_float32_once(kernel_path):
+    """A kernel forward hands back its logits as the output head wrote them (`narrow`, bf16) and widens them
+    on the first read of `logits`: exactly `narrow.float()`, the same tensor on every later read; a batched
+    call's items each a view of their rows. A greedy walk reads argmaxes off `narrow` (engine/engine.py)."""
+    lm, _, _ = lms(seed=3)
+    out = lm.forward_chain([5, 9, 14], (2,))
+    assert out.narrow.dtype == torch.bfloat16 and out.narrow.shape == (3, lm.config.vocab_size)
+    assert torch.equal(out.logits.view(torch.int32), out.narrow.float().view(torch.int32))
+    assert out.logits is out.logits and out.logits.dtype == torch.float32
+    for row in range(3):
+        assert native.argmax_row(out.narrow, row) == int(out.logits[row].argmax())
+    assert lm.forward_chain([1, 2], logits=False).narrow is None
+    other = lm.session()
+    other.forward_chain([7, 8])
+    both = lm.forward_batch([BatchItem(lm, [3]), BatchItem(other, [4, 6])])
+    assert [tuple(o.narrow.shape) for o in both] == [(1, lm.config.vocab_size), (2, lm.config.vocab_size)]
+    assert all(torch.equal(o.logits, o.narrow.float()) for o in both)
 
 
 def test_torchs_lean_forward_without_logits_leaves_the_cache_and_features_as_they_are():
@@ -473,10 +494,12 @@ def test_the_kernels_top_k_and_log_sum_exp_are_torchs_on_bfloat16_rows(vocab, k)
 
 @needs_kernel
 @pytest.mark.parametrize("vocab", [49152, 49153, 31, 16, 5])
-def test_the_kernels_argmax_is_torchs_ties_nans_and_infinities_included(vocab):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_kernels_argmax_is_torchs_ties_nans_and_infinities_included(vocab, dtype):
     """Greedy acceptance's argmax in one C call (native.argmax_row): torch's index on every row, the first
     where several tie, the first NaN where there is one, 0 where every logit is -inf; on lengths that are
-    and are not a multiple of the 16 lanes it reads at a time."""
+    and are not a multiple of the 16 lanes it reads at a time; on float32 rows and on bf16 ones as the
+    output head writes them, whose answer is their float32 widening's."""
     generator = torch.Generator().manual_seed(vocab)
     rows = torch.randn(9, vocab, generator=generator).round()  # integers: many ties for the best
     rows[1] = float("-inf")
@@ -488,8 +511,9 @@ def test_the_kernels_argmax_is_torchs_ties_nans_and_infinities_included(vocab):
     rows[6, 0] = float("nan")
     rows[7, :] = float("-inf")
     rows[7, vocab - 1] = -1e30
+    rows = rows.to(dtype)
     for r in range(len(rows)):
-        assert native.argmax_row(rows, r) == int(rows[r].argmax()), r
+        assert native.argmax_row(rows, r) == int(rows[r].float().argmax()), r
 
 
 @needs_kernel
@@ -511,6 +535,7 @@ def test_greedy_acceptance_reads_the_kernels_argmax_only_where_it_answers_as_tor
     engine = tiny_engine()
     wanted = native.argmax_row if cpu_has_the_kernel() else row_argmax
     assert engine.argmax_for(torch.zeros(2, 50)) is wanted
+    assert engine.argmax_for(torch.zeros(2, 50, dtype=torch.bfloat16)) is wanted
     assert engine.argmax_for(torch.zeros(2, 50, dtype=torch.float64)) is row_argmax
     assert engine.argmax_for(torch.zeros(50, 2).t()) is row_argmax  # not contiguous
 

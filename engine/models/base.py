@@ -14,7 +14,7 @@ cannot do better runs them one after another (`forward_each`); FastLM reads its 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -23,6 +23,31 @@ import torch
 class ForwardOutput:
     logits: torch.Tensor | None  # [N, V] float32 (float64 for a float64 model); None where none were asked for
     hidden: tuple[torch.Tensor, ...] = ()  # each [N, H]: inputs of the requested layers
+
+    @property
+    def narrow(self) -> torch.Tensor | None:
+        """The logits as the forward wrote them in bfloat16 [N, V], where it did and they are not widened
+        yet (NarrowOutput); None: read `logits`."""
+        return None
+
+
+class NarrowOutput(ForwardOutput):
+    """A forward whose logits came out in bfloat16 (the native kernel's) and are widened to float32, exactly,
+    only when `logits` is first read: a greedy walk reads its argmaxes off `narrow` (engine/engine.py), so a
+    step that reports no odds never writes the [N, V] float32 copy."""
+
+    def __init__(self, narrow: torch.Tensor, hidden: tuple[torch.Tensor, ...], widen: Callable[[torch.Tensor], torch.Tensor]):
+        self._narrow, self.hidden, self._widen, self._wide = narrow, hidden, widen, None
+
+    @property
+    def narrow(self) -> torch.Tensor:
+        return self._narrow
+
+    @property
+    def logits(self) -> torch.Tensor:  # type: ignore[override]
+        if self._wide is None:
+            self._wide = self._widen(self._narrow)  # [N, V] float32
+        return self._wide
 
 
 @dataclass

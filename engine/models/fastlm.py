@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.models import kvcache, native
-from engine.models.base import BatchItem, ForwardOutput, LanguageModel
+from engine.models.base import BatchItem, ForwardOutput, LanguageModel, NarrowOutput
 from engine.models.lm import CachedLM
 
 MIN_CAPACITY = 256
@@ -241,14 +241,13 @@ class FastLM(LanguageModel):
             sequences.append((lm, share.positions, native.kernel_rows(share.masked, n, 0, n), lm.length))
         tokens = [token for share in chosen for token in share.tokens]
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [ΣN, H]
-        logits, features = self.kernel.batch(x, sequences, wanted)
-        logits = native.widen(logits)  # [ΣN, V] float32, each share's rows a view of it
+        logits, features = self.kernel.batch(x, sequences, wanted)  # [ΣN, V] bf16: each share's rows a view, widened if read
         outputs, row = {}, 0
         for index, share, seen in zip(indices, chosen, features):
             n = len(share.tokens)
             share.lm.length += n
             hidden = tuple(seen[wanted.index(layer % layers)] for layer in share.hidden_layers)
-            outputs[index] = ForwardOutput(logits=logits[row:row + n], hidden=hidden)
+            outputs[index] = NarrowOutput(logits[row:row + n], hidden, native.widen)
             row += n
         return outputs
 
@@ -304,7 +303,8 @@ class FastLM(LanguageModel):
     def _forward_native(self, x: torch.Tensor, positions: torch.Tensor, masked: torch.Tensor | None,
                         hidden_layers: tuple[int, ...], want_logits: bool = True) -> ForwardOutput:
         """The same forward in the native kernel, in calls of at most `kernel_max_tokens` new tokens;
-        `masked` as in `_forward`; without `want_logits` the kernel skips the output head. Call j holds rows
+        `masked` as in `_forward`; without `want_logits` the kernel skips the output head, with it the logits
+        stay bf16 until read (NarrowOutput). Call j holds rows
         [a, b): they see every column before the masked ones and, of those, the ones up to b (later rows are
         not in the cache yet, and no row may see them anyway: a tree lists parents before children, a chain
         is causal)."""
@@ -324,7 +324,7 @@ class FastLM(LanguageModel):
         else:
             hidden = tuple(torch.cat([f[i] for f in features]) for i in range(len(wanted)))
             logits = torch.cat(logits) if want_logits else None
-        return ForwardOutput(logits=native.widen(logits) if want_logits else None, hidden=hidden)
+        return NarrowOutput(logits, hidden, native.widen) if want_logits else ForwardOutput(logits=None, hidden=hidden)
 
     def _layer(self, index: int, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                parts: list["_Part"]) -> torch.Tensor:

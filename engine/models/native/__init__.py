@@ -184,6 +184,8 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.top_k_lse.restype = ctypes.c_int
     library.argmax_row.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
     library.argmax_row.restype = ctypes.c_int64
+    library.argmax_row_bf16.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+    library.argmax_row_bf16.restype = ctypes.c_int64
     library.native_widen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     library.native_widen.restype = None
     library.native_max_tokens.restype = ctypes.c_int
@@ -664,9 +666,13 @@ def widen(x: torch.Tensor) -> torch.Tensor:
 
 
 def argmax_row(logits: torch.Tensor, row: int) -> int:
-    """The index of the largest value of row `row` of float32 logits [R, V] on the CPU, contiguous: the
-    first where several tie (a NaN first of all), as `int(logits[row].argmax())` answers, in a C call of
-    a few µs where torch takes ~60 for a row of 49 152."""
-    assert logits.dtype == torch.float32 and logits.dim() == 2 and logits.is_contiguous(), (logits.dtype, logits.shape)
+    """The index of the largest value of row `row` of float32 or bfloat16 logits [R, V] on the CPU,
+    contiguous: the first where several tie (a NaN first of all), as `int(logits[row].argmax())` answers,
+    in a C call of a few µs where torch takes ~60 for a row of 49 152. A bf16 row answers as its float32
+    widening would (widening is exact): a greedy walk reads the kernel's logits without widening them."""
+    assert logits.dtype in (torch.float32, torch.bfloat16) and logits.dim() == 2 and logits.is_contiguous(), \
+        (logits.dtype, logits.shape)
     assert 0 <= row < logits.shape[0], (row, logits.shape)
+    if logits.dtype == torch.bfloat16:
+        return kernel().argmax_row_bf16(logits.data_ptr(), row, logits.shape[1])
     return kernel().argmax_row(logits.data_ptr(), row, logits.shape[1])

@@ -1238,19 +1238,24 @@ void native_widen(const bf16 *x, int64_t n, float *out, int threads) {
     for (int64_t i = 16 * vectors; i < n; i++) out[i] = bf16_to_float(x[i]);
 }
 
-/* Row `row` of float32 logits [·, V]: the index of its largest value, the first where several tie and the
- * first NaN where there is one, as torch's argmax answers (which takes ~60 µs over a row of 49 152 on this
- * machine's torch, a fiftieth of that here): greedy acceptance reads one such index per node it visits.
- * Each lane keeps its first strict maximum; the lanes then give the largest value's lowest index. */
-int64_t argmax_row(const float *logits, int64_t row, int V) {
-    const float *x = logits + row * (int64_t)V;
+/* Row `row` of logits [·, V], float32 or (`narrow`) bfloat16 as the output head wrote them: the index of its
+ * largest value, the first where several tie and the first NaN where there is one, as torch's argmax answers
+ * (which takes ~60 µs over a row of 49 152 on this machine's torch, a fiftieth of that here): greedy
+ * acceptance reads one such index per node it visits. bf16 widens to float32 exactly, so a bf16 row answers
+ * what its widened copy would. Each lane keeps its first strict maximum; the lanes then give the largest
+ * value's lowest index. */
+static inline __attribute__((always_inline)) float logit_at(const void *x, int t, const int narrow) {
+    return narrow ? bf16_to_float(((const bf16 *)x)[t]) : ((const float *)x)[t];
+}
+
+static inline __attribute__((always_inline)) int64_t argmax_of(const void *x, int V, const int narrow) {
     __m512 most = _mm512_set1_ps(-INFINITY);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512i at = lane; /* a lane that never beats −∞ answers its first index */
     __mmask16 nan = 0;
     int v = 0;
     for (; v + 16 <= V; v += 16) {
-        const __m512 s = _mm512_loadu_ps(x + v);
+        const __m512 s = narrow ? load16((const bf16 *)x + v) : _mm512_loadu_ps((const float *)x + v);
         const __mmask16 better = _mm512_cmp_ps_mask(s, most, _CMP_GT_OQ);
         nan |= _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q);
         most = _mm512_mask_mov_ps(most, better, s);
@@ -1268,11 +1273,16 @@ int64_t argmax_row(const float *logits, int64_t row, int V) {
             if (values[i] > best || (values[i] == best && indices[i] < index)) best = values[i], index = indices[i];
     }
     for (int t = v; t < V; t++) {
-        if (isnan(x[t])) nan = 1;
-        if (x[t] > best) best = x[t], index = t;
+        const float value = logit_at(x, t, narrow);
+        if (isnan(value)) nan = 1;
+        if (value > best) best = value, index = t;
     }
     if (nan)
         for (int t = 0; t < V; t++)
-            if (isnan(x[t])) return t;
+            if (isnan(logit_at(x, t, narrow))) return t;
     return index;
 }
+
+int64_t argmax_row(const float *logits, int64_t row, int V) { return argmax_of(logits + row * (int64_t)V, V, 0); }
+
+int64_t argmax_row_bf16(const bf16 *logits, int64_t row, int V) { return argmax_of(logits + row * (int64_t)V, V, 1); }
