@@ -95,10 +95,17 @@ def test_a_version_1_table_is_refused_with_the_reason_and_the_cure(tmp_path):
     assert resolve_costs(None, path).target.source == "assumed", "an old saved table is not read"
 
 
-def test_measured_dips_in_cost_are_smoothed_to_non_decreasing():
+def test_measured_dips_and_spikes_in_cost_are_smoothed_to_the_nearest_non_decreasing_row():
+    """A dip is pooled with the value before it, a spike with the values after it (isotonic regression): one
+    slow sample does not raise every larger n, as a running maximum would."""
     table = CostTable.linear(lam=1.0, delta=10.0, ns=(1, 2, 4))
     table.target.ms[0][0] = [10.0, 9.0, 14.0]
-    assert table.cost(2, context=10) == 10.0
+    assert table.cost(1, context=10) == table.cost(2, context=10) == 9.5
+    table = CostTable.linear(lam=1.0, delta=10.0, ns=(1, 2, 3, 4, 5, 6))
+    table.target.ms[0][0] = [8.0, 8.5, 11.5, 9.0, 9.5, 12.0]  # a slow 3-token sample
+    prices = table.prices(6, context=10)
+    assert prices == [0.0, 8.0, 8.5, 10.0, 10.0, 10.0, 12.0]
+    assert all(a <= b for a, b in zip(prices, prices[1:]))
 
 
 def test_summary_reports_verify_ratios_and_c(tiny_table):
