@@ -263,6 +263,7 @@ class _Run:
         self.target = target or engine.target  # a batch's run has a session of its own
         self.request = prepared.request
         self.policy = prepared.policy
+        self.policy.explain = reporter.detail  # nobody reads the decisions' detail without per-candidate events
         self.prompt_ids = prepared.prompt_ids
         self.drafter = drafter
         self.reporter = reporter

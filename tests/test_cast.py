@@ -116,6 +116,40 @@ def test_width_widens_for_flat_pools_and_cheap_drafts(pool_shape, steep, expecte
     assert width == min(expected, len(pool))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_run_that_reads_no_detail_gets_the_same_decisions_and_rerank_without_their_numbers(seed):
+    """`explain` off (a bench's runs, which emit no per-candidate events): every layer keeps, grows and gives
+    the same reasons and thresholds, the rerank keeps the same nodes and drops the same ones, over steps that
+    move κ, ρ and the gain buffer; only the numbers behind each decision are left out."""
+    rng = random.Random(seed)
+    draws: dict[tuple[int, int], list[float]] = {}
+
+    def qs_of(node: int, k: int) -> list[float]:  # both runs see the same q's at the same node
+        if (node, k) not in draws:
+            draws[node, k] = _random_distribution(rng, k)
+        return draws[node, k]
+
+    table = CostTable.linear(lam=0.4, delta=10.0, ns=(1, 2, 3, 4, 8, 16, 32, 64))
+    runs = []
+    for explain in (True, False):
+        cast = make_cast(table, c1=0.5, c2=1.0, c3=1.0)
+        cast.explain = explain
+        drafter = StubDrafter(qs_of, token_of=lambda node, rank: rank)
+        steps = []
+        for step in range(5):
+            draft = grow_tree(cast, drafter, root=0, max_depth=12, prefix_len=300)
+            rerank = cast.finalize(draft.tree)
+            steps.append((draft.tree.parent, draft.tree.score,
+                          [[(d.kept, d.expanded, d.reason, d.threshold) for d in layer.selection.decisions]
+                           for layer in draft.layers],
+                          rerank.keep, sorted(rerank.pruned), {d.reason for d in rerank.pruned.values()}))
+            cast.observe(StepOutcome(tree_size=len(rerank.keep) - 1, depth=draft.tree.max_depth, accepted=step % 3,
+                                     times=Timings(draft_ms=1.0 + step), prefix_len=300 + step))
+            assert explain or all(not d.detail for layer in draft.layers for d in layer.selection.decisions)
+        runs.append(steps)
+    assert runs[0] == runs[1]
+
+
 def test_free_extra_nodes_are_taken_when_costs_step():
     """A GPU-like step cost: the 9th node is dear, the 10th to 16th come free with it; the walk takes them."""
     cost = [0, 5, 5, 5, 5, 5, 5, 5, 5, 9, 9, 9, 9, 9, 9, 9, 9]

@@ -224,7 +224,8 @@ class CastPolicy(Policy):
             for decision in decisions:
                 decision.expanded = False
                 decision.reason = "depth_limit"
-                decision.detail.update(stop)
+                if self.explain:
+                    decision.detail.update(stop)
                 decision.threshold = self.params.c2
         threshold = min((pool.score[i] for i in frontier), default=None)
         return LayerSelection(decisions=decisions, threshold=threshold)
@@ -239,8 +240,15 @@ class CastPolicy(Policy):
         return marginal_walk(utility, cost, self.params.c1, start=min(1, len(considered)))
 
     def _width_decisions(self, pool: Pool, ranked: list[int], width: MarginalChoice) -> list[Decision]:
-        """Every candidate is kept for the rerank; the first `width.count` by score are grown."""
+        """Every candidate is kept for the rerank; the first `width.count` by score are grown. Each says why
+        with its numbers where the run explains (`explain`), else only its reason and threshold."""
         decisions: list[Decision] = [None] * len(pool)  # type: ignore[list-item]
+        if not self.explain:
+            c1 = self.params.c1
+            for rank, i in enumerate(ranked):
+                decisions[i] = Decision(kept=True, expanded=rank < width.count,
+                                        reason="cost" if rank < len(width.ratio) else "budget", threshold=c1)
+            return decisions
         unit_ms = self.unit_ms(self._prefix_len)
         for rank, i in enumerate(ranked):
             if rank >= len(width.ratio):
@@ -290,6 +298,10 @@ class CastPolicy(Policy):
         keep = [0] + [i for i in range(1, len(tree)) if i in chosen and ancestors_in(tree, i, chosen)]
         kept = set(keep)
         self._verified_score = sum(tree.score[i] for i in keep[1:])
+        if not self.explain:  # one record for every dropped node, as rerank_top gives: nothing reads its numbers
+            return Rerank(keep=keep, pruned=dict.fromkeys(
+                (i for i in drafted if i not in kept),
+                Decision(kept=False, expanded=False, reason="rerank", threshold=self.params.c3)))
         pruned = {}
         unit_ms = self.unit_ms(self._prefix_len)
         for rank, i in enumerate(drafted):
