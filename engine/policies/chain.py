@@ -92,12 +92,14 @@ class ChainPolicy(Policy):
     def best_gamma(self) -> tuple[int, dict[str, float]]:
         """The γ ≤ gamma of most expected tokens per ms, as the cost table prices a step, and the numbers behind it."""
         alpha, costs, context, batch = self.alpha, self.costs, self.context_len, self.batch
+        draft = costs.draft_cost(1, context, batch)
+        verify = costs.prices(self.params.gamma + 1, context, batch)  # [verify of m tokens for m = 0 … γ + 1]
 
         def tokens(gamma: int) -> float:  # (1 − α^(γ+1)) / (1 − α), written so that α = 1 is no special case
             return sum(alpha ** i for i in range(gamma + 1))
 
         def ms(gamma: int) -> float:  # γ draft forwards, then one verify of the root and γ drafts
-            return gamma * costs.draft_cost(1, context, batch) + costs.verify_cost(gamma + 1, context, batch)
+            return gamma * draft + verify[gamma + 1]
 
         best = max(range(1, self.params.gamma + 1), key=lambda g: (tokens(g) / ms(g), -g))  # ties: the shorter
         return best, {"alpha": alpha, "tokens": tokens(best), "ms": ms(best)}
