@@ -76,11 +76,11 @@ def pool_from(tree: DraftTree, proposals: list[Proposal], depth: int, prefix_len
 
 
 def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefix_len: int = 0,
-              sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None,
-              whole_pools: bool = True) -> Draft:
+              sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None) -> Draft:
     """Grows a tree under `root` until the policy stops it; `prefix_len` is the target's cached context.
-    Without `whole_pools` (no one reads the pruned candidates) a layer pools only the candidates its policy's
-    `pool_floor` lets through: the same tree, without building a decision for every child below the gate."""
+    Where the policy need not explain itself (`Policy.explain` off: no one reads the pruned candidates) a layer
+    pools only the candidates its `pool_floor` lets through: the same tree, without building a decision for
+    every child below the gate."""
     draft = Draft(tree=DraftTree.with_root(root))
     sample = policy.sample_children(sampling.temperature)
     frontier, depth = [0], 0
@@ -92,7 +92,7 @@ def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefi
         else:
             proposals = drafter.free_proposals(draft.tree, frontier, k)
         draft.dists.update({p.node: p.q_dist for p in proposals if p.sampled})
-        pool = pool_from(draft.tree, proposals, depth, prefix_len, None if whole_pools else policy.pool_floor(depth))
+        pool = pool_from(draft.tree, proposals, depth, prefix_len, None if policy.explain else policy.pool_floor(depth))
         if not len(pool):
             break
         selection = policy.select_layer(draft.tree, pool)

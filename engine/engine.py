@@ -386,7 +386,7 @@ class _Run:
         if not self.drafter:
             return DraftTree.with_root(root), {}
         draft: Draft = grow_tree(self.policy, self.drafter, root, self._depth_room(), self.target.cache_len,
-                                 self.request.sampling, self.generator, whole_pools=self.reporter.detail)
+                                 self.request.sampling, self.generator)
         rerank = self.policy.finalize(draft.tree)
         kept = set(rerank.keep)
         assert all(node in kept for node in range(len(draft.tree)) if draft.tree.sampled[node]), \

@@ -108,7 +108,9 @@ def test_a_run_without_per_candidate_events_grows_the_same_tree_from_pools_cut_a
         return draws[node, k]
 
     whole = grow_tree(make_policy(name, params), StubDrafter(remembered), root=0, max_depth=40)
-    cut = grow_tree(make_policy(name, params), StubDrafter(remembered), root=0, max_depth=40, whole_pools=False)
+    quiet = make_policy(name, params)
+    quiet.explain = False  # no per-candidate events
+    cut = grow_tree(quiet, StubDrafter(remembered), root=0, max_depth=40)
     fields = ("parent", "token", "q", "score", "depth")
     assert [getattr(cut.tree, f) for f in fields] == [getattr(whole.tree, f) for f in fields]
     assert sum(len(layer.pool) for layer in cut.layers) <= sum(len(layer.pool) for layer in whole.layers)

@@ -109,9 +109,10 @@ class Policy(ABC):
         self.params = params
         self.context = context or PolicyContext()
         self.batch = 1  # requests sharing this step's verify forward (see_batch)
-        # Whether a run reads each decision's `detail` and the reasons of the nodes a rerank drops (a run with
-        # per-candidate events: the page's, a trace's); the engine says so before the run. Without it a policy
-        # may leave them out: the same kept / expanded / keep, less bookkeeping a step (a bench's runs).
+        # Whether a run reads each decision's `detail`, the pruned candidates and the reasons of the nodes a
+        # rerank drops (a run with per-candidate events: the page's, a trace's); the engine says so before the
+        # run. Without it a policy may leave them out and the draft loop pools only what passes `pool_floor`
+        # (engine/drafting.py): the same kept / expanded / keep, less bookkeeping a step (a bench's runs).
         self.explain = True
 
     @property
