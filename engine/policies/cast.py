@@ -240,29 +240,27 @@ class CastPolicy(Policy):
         return marginal_walk(utility, cost, self.params.c1, start=min(1, len(considered)))
 
     def _width_decisions(self, pool: Pool, ranked: list[int], width: MarginalChoice) -> list[Decision]:
-        """Every candidate is kept for the rerank; the first `width.count` by score are grown. Each says why
-        with its numbers where the run explains (`explain`), else only its reason and threshold."""
+        """Every candidate is kept for the rerank; the first `width.count` by score are grown, and those past the
+        `max_width` considered are stopped by the budget. Where the run explains (`explain`) each says why with
+        its numbers."""
         decisions: list[Decision] = [None] * len(pool)  # type: ignore[list-item]
-        if not self.explain:
-            c1 = self.params.c1
-            for rank, i in enumerate(ranked):
-                decisions[i] = Decision(kept=True, expanded=rank < width.count,
-                                        reason="cost" if rank < len(width.ratio) else "budget", threshold=c1)
-            return decisions
-        unit_ms = self.unit_ms(self._prefix_len)
+        unit_ms = self.unit_ms(self._prefix_len) if self.explain else 0.0
         for rank, i in enumerate(ranked):
-            if rank >= len(width.ratio):
-                decisions[i] = Decision(kept=True, expanded=False, reason="budget", threshold=self.params.c1,
-                                        detail={"utility": self.value(pool.score[i]), "rank": rank + 1,
-                                                "max_width": self.params.max_width})
-                continue
-            detail = {"utility": self.value(pool.score[i]), "rank": rank + 1, "marginal_utility": width.gain[rank],
-                      "marginal_cost": width.spend[rank], "ratio": _finite(width.ratio[rank]), "unit_ms": unit_ms}
-            if rank == 0:
-                detail["ratio"] = _finite(float("inf"))  # the best is grown whenever the layer grows
-            decisions[i] = Decision(kept=True, expanded=rank < width.count, reason="cost",
-                                    threshold=self.params.c1, detail=detail)
+            decision = Decision(kept=True, expanded=rank < width.count,
+                                reason="cost" if rank < len(width.ratio) else "budget", threshold=self.params.c1)
+            if self.explain:
+                decision.detail = self._width_detail(pool.score[i], rank, width, unit_ms)
+            decisions[i] = decision
         return decisions
+
+    def _width_detail(self, score: float, rank: int, width: MarginalChoice, unit_ms: float) -> dict[str, float]:
+        """The numbers behind the width decision of the candidate of path score `score` at `rank` (0: the best)."""
+        detail = {"utility": self.value(score), "rank": rank + 1}
+        if rank >= len(width.ratio):
+            return {**detail, "max_width": self.params.max_width}
+        ratio = float("inf") if rank == 0 else width.ratio[rank]  # the best is grown whenever the layer grows
+        return {**detail, "marginal_utility": width.gain[rank], "marginal_cost": width.spend[rank],
+                "ratio": _finite(ratio), "unit_ms": unit_ms}
 
     def _remember_gain(self, depth: int, utility: float) -> None:
         """Pushes φ = u_depth / u_(depth−1) into the FIFO buffer."""
