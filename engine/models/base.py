@@ -36,7 +36,8 @@ class NarrowOutput(ForwardOutput):
     only when `logits` is first read: a greedy walk reads its argmaxes off `narrow` (engine/engine.py), so a
     step that reports no odds never writes the [N, V] float32 copy."""
 
-    def __init__(self, narrow: torch.Tensor, hidden: tuple[torch.Tensor, ...], widen: Callable[[torch.Tensor], torch.Tensor]):
+    def __init__(self, narrow: torch.Tensor, hidden: tuple[torch.Tensor, ...],
+                 widen: Callable[[torch.Tensor], torch.Tensor]):
         self._narrow, self.hidden, self._widen, self._wide = narrow, hidden, widen, None
 
     @property

@@ -241,7 +241,8 @@ class FastLM(LanguageModel):
             sequences.append((lm, share.positions, native.kernel_rows(share.masked, n, 0, n), lm.length))
         tokens = [token for share in chosen for token in share.tokens]
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [ΣN, H]
-        logits, features = self.kernel.batch(x, sequences, wanted)  # [ΣN, V] bf16: each share's rows a view, widened if read
+        # logits [ΣN, V] bf16: each share's rows a view of them, widened only if read
+        logits, features = self.kernel.batch(x, sequences, wanted)
         outputs, row = {}, 0
         for index, share, seen in zip(indices, chosen, features):
             n = len(share.tokens)
