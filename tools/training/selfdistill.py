@@ -175,10 +175,28 @@ def extract_in_engine(lm, rows: list[tuple[int, bool, list[int], int]], layers: 
     samples = []
     for pid, greedy, full, plen in rows:
         lm.reset()
-        out = lm.forward_chain(full[:-1], hidden_layers=layers)  # logits [T - 1, V], hidden each [T - 1, H]
-        features = torch.cat(out.hidden, dim=-1).to(torch.bfloat16)
-        samples.append(Sample(pid, greedy, torch.tensor(full), plen, features, out.logits[plen - 1:].argmax(-1)))
+        hidden = []
+        if plen > 1:  # the prompt's own labels are never read: its forward computes no logits
+            hidden.append(torch.cat(lm.forward_chain(full[:plen - 1], hidden_layers=layers, logits=False).hidden,
+                                    dim=-1))  # [P - 1, F]
+        out = lm.forward_chain(full[plen - 1:-1], hidden_layers=layers)  # logits [A, V], hidden each [A, H]
+        hidden.append(torch.cat(out.hidden, dim=-1))  # [A, F]
+        features = torch.cat(hidden).to(torch.bfloat16)
+        samples.append(Sample(pid, greedy, torch.tensor(full), plen, features, _greedy_labels(out)))
     return samples
+
+
+def _greedy_labels(out, last: bool = False) -> torch.Tensor | int:
+    """Each row's argmax (`last`: the last row's, as an int), read off the kernel's bf16 logits where it has
+    them: the same indices as the widened rows' (widening is exact), and the float32 copy is never made."""
+    from engine.models import native
+
+    narrow = out.narrow
+    if narrow is None or not narrow.is_contiguous():
+        return int(out.logits[-1].argmax()) if last else out.logits.argmax(-1)
+    if last:
+        return native.argmax_row(narrow, narrow.shape[0] - 1)
+    return torch.tensor([native.argmax_row(narrow, row) for row in range(narrow.shape[0])], dtype=torch.long)
 
 
 @torch.inference_mode()
@@ -199,11 +217,12 @@ def generate_in_engine(lm, prompts: list[list[int]], prompt_ids: list[int], gree
     response: list[list[int]] = [[] for _ in prompts]
     labels: list[list[int]] = [[] for _ in prompts]
 
-    def choose(row: int, logits: torch.Tensor) -> int:
-        """The row's next token from its last logits [V] (its greedy label kept beside it)."""
-        best = int(logits.argmax())
+    def choose(row: int, out) -> int:
+        """The row's next token from its output's last logits (its greedy label kept beside it); a greedy
+        row's argmax is read off the kernel's bf16 row, never widened (the same index)."""
+        best = _greedy_labels(out, last=True)
         token = best if greedy[row] else int(torch.multinomial(
-            torch.softmax(logits / max(temperature, 1e-5), -1), 1, generator=generator))
+            torch.softmax(out.logits[-1] / max(temperature, 1e-5), -1), 1, generator=generator))
         labels[row].append(best)
         response[row].append(token)
         return token
@@ -212,23 +231,20 @@ def generate_in_engine(lm, prompts: list[list[int]], prompt_ids: list[int], gree
         return response[row][-1] in eos_ids or len(response[row]) >= max_new_tokens
 
     while waiting or running:
-        while waiting and free:  # prefill newcomers into the free places
+        # Newcomers take the free places: their prompts but the last token run without logits (nobody reads
+        # them); the last joins the batch's next forward, whose logits give the first answer token.
+        while waiting and free:
             row, session = waiting.pop(), free.pop()
             session.reset()
-            out = session.forward_chain(prompts[row], hidden_layers=layers)  # logits [P, V]
-            features[row].append(torch.cat(out.hidden, dim=-1).to(torch.bfloat16))
-            token = choose(row, out.logits[-1])
-            if done(row):
-                free.append(session)
-            else:
-                running[row] = (session, token)
-        if not running:
-            continue
+            if len(prompts[row]) > 1:
+                out = session.forward_chain(prompts[row][:-1], hidden_layers=layers, logits=False)
+                features[row].append(torch.cat(out.hidden, dim=-1).to(torch.bfloat16))  # [P - 1, F]
+            running[row] = (session, prompts[row][-1])
         rows = list(running)
         outs = lm.forward_batch([BatchItem(running[r][0], [running[r][1]], hidden_layers=layers) for r in rows])
         for row, out in zip(rows, outs):
             features[row].append(torch.cat(out.hidden, dim=-1).to(torch.bfloat16))
-            token = choose(row, out.logits[-1])
+            token = choose(row, out)
             if done(row):
                 free.append(running.pop(row)[0])
             else:
