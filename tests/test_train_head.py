@@ -217,6 +217,22 @@ def test_a_trained_head_is_measured_on_benchmark_answers_it_never_saw(tmp_path):
     assert "| bench |" in (tmp_path / "evaluation" / "evaluation.md").read_text()
 
 
+def test_a_continued_head_is_measured_beside_the_head_it_started_from(tmp_path):
+    target = tiny_llama(0, layers=LAYERS)
+    (tmp_path / "first").mkdir(), (tmp_path / "second").mkdir()
+    first = tiny_options(tmp_path / "first")
+    train_head(target, None, first, {TINY_EOS}, TINY_EOS, log=lambda *a: None)
+    options = tiny_options(tmp_path / "second", steps=4)
+    options.init = first.out
+    metrics = train_head(target, None, options, {TINY_EOS}, TINY_EOS, log=lambda *a: None)
+    before, after = metrics["compared"]["before"], metrics["compared"]["this head"]
+    assert set(before) == set(after) == {"held-out"}
+    assert before["held-out"]["positions"] == after["held-out"]["positions"] > 0  # the same positions for both
+    card = (options.out / "README.md").read_text()
+    assert "beside the one it continued from" in card and "| held-out | before |" in card
+    assert "| held-out | this head |" in card
+
+
 def test_the_kernel_forward_of_a_freed_model_is_not_given_to_a_model_that_reuses_its_id():
     """native_forward once kept its answers by id(model): a float32 model's None outlived the model, and a bf16
     model born at the same address was told it had no kernel (CI, Dec 3). Answers now die with their model."""

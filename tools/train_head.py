@@ -129,6 +129,8 @@ def train_head(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], p
     if share:
         metrics["sharegpt"] = _sharegpt_metrics(options, share)
     metrics["evaluation"] = {name: asdict(r) for name, r in results.items()}
+    if options.init is not None:
+        metrics["compared"] = compare_with_init(model, head, evaluation, mapping, options)
     save_head(head, options.out, dtype=torch.float16)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     (options.out / "README.md").write_text(model_card(metrics))
@@ -226,6 +228,15 @@ def evaluate(head, evaluation: dict[str, list[Sample]], mapping: torch.Tensor, o
     return {name: depth_stats(head, eval_batches(samples, mapping, options.loop.batch_sequences, device,
                                                  count_outside), options.eval_depth)
             for name, samples in evaluation.items() if samples}
+
+
+def compare_with_init(model, head, evaluation: dict[str, list[Sample]], mapping: torch.Tensor,
+                      options: TrainHeadOptions) -> dict[str, dict[str, Any]]:
+    """The head it continued from beside the trained one, on the same positions: every answer token counts (one
+    outside the draft vocabulary, which both share, is a miss for both), as metrics.json's `compared` keeps it."""
+    before = load_head(options.init, model.get_input_embeddings().weight.detach().float()).to(model.device).eval()
+    return {label: {name: asdict(r) for name, r in evaluate(one, evaluation, mapping, options, True).items()}
+            for label, one in (("before", before), ("this head", head))}
 
 
 def evaluation_table(results: dict[str, DepthStats]) -> str:
@@ -433,7 +444,7 @@ Trained with `specscope train-head` on self-distillation data from its target.
 {depth_rows}
 
 τ of a top-1 chain of depth {h['depth']}: {h['tau_chain']:.2f}; {trees} (unbounded width, depth {h['depth']}).
-{_sharegpt_section(m)}{_evaluation_section(m)}{_pruned_section(m)}
+{_sharegpt_section(m)}{_evaluation_section(m)}{_compared_section(m)}{_pruned_section(m)}
 ## Command
 
 ```
@@ -472,6 +483,17 @@ def _evaluation_section(m: dict[str, Any]) -> str:
 ## Acceptance by evaluation set (teacher-forced on the target's greedy answers; never trained on)
 
 {evaluation_table(results)}
+"""
+
+
+def _compared_section(m: dict[str, Any]) -> str:
+    """The head it continued from beside this one on the same positions, when it was continued (`--init`)."""
+    if not m.get("compared"):
+        return ""
+    return f"""
+## This head beside the one it continued from (same positions, every answer token counted)
+
+{comparison_table(m["compared"])}
 """
 
 
