@@ -8,9 +8,11 @@ On a fresh machine there is no such record, and no fixed choice is safe: a
 every policy at its defaults, `ar` included, on a few short prompts, prompt by
 prompt interleaved (a burst of load lands on all), greedy, through the same
 engine, drafter and cost table a request would use. The fastest by total tokens
-per second becomes the default, recorded with its evidence in the cost table
-file, so it happens once per device, model and dtype. Since `ar` is a
-candidate, the default is never slower than plain decoding, as measured here.
+per second becomes the default if it beats `ar` by MARGIN, and `ar` otherwise,
+recorded with its evidence in the cost table file, so it happens once per
+device, model and dtype. Four short prompts are a noisy measure: on a 2-core
+AVX2 CPU chain measured 1.00x here and 0.97x in the bench that followed, and a
+near-tie is noise that plain decoding cannot lose to.
 
 The prompts are our own, written for this purpose, and are no benchmark's:
 a calibration must not tune on what a bench will measure. A benchmark's
@@ -36,6 +38,7 @@ PROMPTS = (
     "What is the difference between a list and a tuple in Python?",
 )
 NEW_TOKENS = 48
+MARGIN = 1.05  # the speedup over `ar` a policy needs to become the default: below it, a tie goes to plain decoding
 
 Progress = Callable[[int, int, str], None]  # (done, total, what) after each run
 
@@ -66,6 +69,8 @@ def calibrate(engine, progress: Progress | None = None) -> str:
                 progress(done, total, name)
     speed = {name: tokens[name] / seconds[name] for name in names if seconds[name] > 0}
     best = max(speed, key=speed.get)
+    if speed[best] < MARGIN * speed["ar"]:
+        best = "ar"
     record_fastest(engine.costs, best, {
         "speedup_vs_ar": {name: round(speed[name] / speed["ar"], 3) for name in speed},
         "prompts": len(PROMPTS), "source": SOURCE, "max_new_tokens": NEW_TOKENS,

@@ -88,7 +88,7 @@ def test_cli_generate_and_bench_say_which_default_they_used(tiny_target, capsys,
     assert "measured fastest" in json.loads(out)["default_policy_note"]
 
 
-def test_a_first_load_calibration_records_the_fastest_policy_ar_included_and_says_so(engine64, tmp_path):
+def test_a_first_load_calibration_records_the_fastest_policy_ar_included_a_near_tie_to_ar_and_says_so(engine64, tmp_path):
     from engine import calibration
     from engine.loading import calibrate_and_save
 
@@ -101,7 +101,9 @@ def test_a_first_load_calibration_records_the_fastest_policy_ar_included_and_say
         evidence = table.meta[FASTEST_EVIDENCE]
         assert set(evidence["speedup_vs_ar"]) == set(POLICIES) and evidence["speedup_vs_ar"]["ar"] == 1.0
         best = table.meta[FASTEST]
-        assert evidence["speedup_vs_ar"][best] == max(evidence["speedup_vs_ar"].values()) >= 1.0  # never below ar
+        speedup = evidence["speedup_vs_ar"]
+        fastest = max(speedup, key=speedup.get)
+        assert best == (fastest if speedup[fastest] >= calibration.MARGIN else "ar")  # never below ar, a tie to ar
         engine64.context = PolicyContext(costs=table)
         assert not calibration.needs_calibration(engine64) and engine64.default_policy == best
         assert "from a first-load calibration" in engine64.describe().default_policy_note
