@@ -39,7 +39,7 @@ def test_talon_adaptive_is_registered():
     ({"budget": 64, "budget_min": 64, "budget_max": 32}, "params.budget_max", "budget_min 64 is above budget_max 32"),
     ({"mu_min": 0.2, "mu_max": 0.1, "mu": 0.2}, "params.mu_max", "mu_min 0.2 is above mu_max 0.1"),
     ({"budget": 300}, "params.budget_max", "budget 300 is above budget_max 256"),
-    ({"budget": 4}, "params.budget_min", "budget_min 8 is above budget 4"),
+    ({"budget": 4, "budget_min": 8}, "params.budget_min", "budget_min 8 is above budget 4"),
     ({"mu": 0.001}, "params.mu_min", "mu_min 0.002 is above mu 0.001"),
 ])
 def test_min_max_pairs_out_of_order_are_refused_naming_both(params, field, words):
@@ -133,7 +133,7 @@ def test_parameters_stay_within_bounds():
     policy = make(GPU_LIKE, budget=250, budget_max=256)
     for _ in range(20):
         feed(policy, outcome(policy.params.budget, 5, 2), 4)
-        assert 8 <= policy.params.budget <= 256
+        assert policy.params.budget_min <= policy.params.budget <= 256
 
 
 def test_start_run_restores_the_initial_parameters():
