@@ -235,8 +235,9 @@ def compare_with_init(model, head, evaluation: dict[str, list[Sample]], mapping:
     """The head it continued from beside the trained one, on the same positions: every answer token counts (one
     outside the draft vocabulary, which both share, is a miss for both), as metrics.json's `compared` keeps it."""
     before = load_head(options.init, model.get_input_embeddings().weight.detach().float()).to(model.device).eval()
-    return {label: {name: asdict(r) for name, r in evaluate(one, evaluation, mapping, options, True).items()}
-            for label, one in (("before", before), ("this head", head))}
+    measured = {label: evaluate(one, evaluation, mapping, options, count_outside=True)
+                for label, one in (("before", before), ("this head", head))}
+    return {label: {name: asdict(r) for name, r in results.items()} for label, results in measured.items()}
 
 
 def evaluation_table(results: dict[str, DepthStats]) -> str:
