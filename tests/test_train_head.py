@@ -219,7 +219,8 @@ def test_a_trained_head_is_measured_on_benchmark_answers_it_never_saw(tmp_path):
 
 def test_a_continued_head_is_measured_beside_the_head_it_started_from(tmp_path):
     target = tiny_llama(0, layers=LAYERS)
-    (tmp_path / "first").mkdir(), (tmp_path / "second").mkdir()
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
     first = tiny_options(tmp_path / "first")
     train_head(target, None, first, {TINY_EOS}, TINY_EOS, log=lambda *a: None)
     options = tiny_options(tmp_path / "second", steps=4)

@@ -45,8 +45,8 @@ class TalonAdaptiveParams(TalonParams):
     window: int = Field(3, ge=2, le=128, description="steps measured before each adjustment")
     first_window: int = Field(1, ge=1, le=128, description="steps measured before the first: TALON's budget is "
                                                            "a GPU's, and on a CPU a step at N = 60 costs three")
-    budget_min: int = Field(2, ge=1, le=512, validate_default=True,  # 8 held it at 0.62x ar on a Zen 3 (AVX2),
-                            description="lowest node budget N")  # where 9 tokens verify at 2.5 one-token forwards
+    # 8 held it at 0.62x ar on a Zen 3 (AVX2), where 9 tokens verify at 2.5 one-token forwards
+    budget_min: int = Field(2, ge=1, le=512, validate_default=True, description="lowest node budget N")
     budget_max: int = Field(256, ge=1, le=512, validate_default=True, description="highest node budget N")
     mu_min: float = Field(0.002, gt=0, le=1, validate_default=True, description="lowest gate μ")
     mu_max: float = Field(0.5, gt=0, le=1, validate_default=True, description="highest gate μ")

@@ -127,7 +127,8 @@ static inline __m512 exp16(__m512 x) {
  * next weights meanwhile, and the memory idles: so from PREFETCH_TOKENS tokens on a block asks for the
  * pairs PREFETCH_PAIRS on (4 KB ahead, into L2). On the Zen 5, weights streamed from memory, 8–16 tokens
  * read 20–45 % faster with it, 1–4 tokens within noise, 2 a little slower (so not below 4);
- * scripts/products_bench.py compares this kernel's products with another revision's. */
+ * scripts/products_bench.py compares this kernel's products with another revision's. AVX2's 3–4-token shape
+ * (below) prefetches from 3 tokens, since it is the shape that leaves the memory idle there. */
 #define PREFETCH_TOKENS 4
 #define PREFETCH_PAIRS 32
 
@@ -171,10 +172,15 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
  *   forwards on a Zen 3). Each accumulator still takes its pairs in order, so every sum is unchanged. */
 #define CHUNK_PAIRS 64
 
+/* A vector of bf16 pairs as two float32 vectors: the odd (high) elements masked, the even (low) ones shifted. */
+static inline __attribute__((always_inline)) void split_pairs(__m256i pairs, __m256 *odd, __m256 *even) {
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32((int)0xffff0000u)));
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+}
+
 static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
                                                               int r0, int v0, int t0, bf16 *out,
                                                               const int VECS, const int TOKENS) {
-    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
     const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS + 16 * v0;
     const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
     if (TOKENS <= 2) {
@@ -183,15 +189,11 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
             for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm256_setzero_ps();
         for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
             __m256 odd_x[2], even_x[2];
-            for (int j = 0; j < TOKENS; j++) {
-                const __m256i token = _mm256_set1_epi32((int)xs[(size_t)j * (K / 2) + p]);
-                odd_x[j] = _mm256_castsi256_ps(_mm256_and_si256(token, high));
-                even_x[j] = _mm256_castsi256_ps(_mm256_slli_epi32(token, 16));
-            }
+            for (int j = 0; j < TOKENS; j++)
+                split_pairs(_mm256_set1_epi32((int)xs[(size_t)j * (K / 2) + p]), &odd_x[j], &even_x[j]);
             for (int i = 0; i < 2 * VECS; i++) {
-                const __m256i rows = _mm256_loadu_si256((const __m256i *)(w + 8 * i));
-                const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(rows, high));
-                const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(rows, 16));
+                __m256 odd, even;
+                split_pairs(_mm256_loadu_si256((const __m256i *)(w + 8 * i)), &odd, &even);
                 for (int j = 0; j < TOKENS; j++)
                     acc[i][j] = _mm256_fmadd_ps(even, even_x[j], _mm256_fmadd_ps(odd, odd_x[j], acc[i][j]));
             }
@@ -216,15 +218,10 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
                 __m256 odd[2], even[2];
                 if (v == 0) _mm_prefetch((const char *)(wv + PREFETCH_PAIRS * PAIR_ROWS), _MM_HINT_T0);
                 if (v == 0 && VECS == 2) _mm_prefetch((const char *)(wv + PREFETCH_PAIRS * PAIR_ROWS + 16), _MM_HINT_T0);
-                for (int i = 0; i < 2; i++) {
-                    const __m256i rows = _mm256_loadu_si256((const __m256i *)(wv + 8 * i));
-                    odd[i] = _mm256_castsi256_ps(_mm256_and_si256(rows, high));
-                    even[i] = _mm256_castsi256_ps(_mm256_slli_epi32(rows, 16));
-                }
+                for (int i = 0; i < 2; i++) split_pairs(_mm256_loadu_si256((const __m256i *)(wv + 8 * i)), &odd[i], &even[i]);
                 for (int j = 0; j < TOKENS; j++) {
-                    const __m256i token = _mm256_set1_epi32((int)xs[(size_t)j * (K / 2) + p]);
-                    const __m256 odd_x = _mm256_castsi256_ps(_mm256_and_si256(token, high));
-                    const __m256 even_x = _mm256_castsi256_ps(_mm256_slli_epi32(token, 16));
+                    __m256 odd_x, even_x;
+                    split_pairs(_mm256_set1_epi32((int)xs[(size_t)j * (K / 2) + p]), &odd_x, &even_x);
                     for (int i = 0; i < 2; i++)
                         acc[i][j] = _mm256_fmadd_ps(even[i], even_x, _mm256_fmadd_ps(odd[i], odd_x, acc[i][j]));
                 }
