@@ -332,11 +332,12 @@ static int amx_ready(void) { /* the kernel asks Linux once for the tile state */
     return ready && amx_allowed;
 }
 
-/* Tiles 0–3: C for four blocks of 16 tokens; 4: A (weights); 5: B. A constant in the object's data, not a
+/* Tiles 0–3: C; 4–5: A (weights); 6–7: B (tokens), as matmul_amx uses them (score_amx: 0, 4, 5). A constant in the object's data, not a
  * struct filled on the stack: GCC 12 does not count ldtilecfg as reading its 64 bytes and, once amx_configure
  * was inlined into forward_batch's parallel region, dropped the stores of rows and colsb as dead, so the
  * instruction read garbage and faulted (#GP) on every AMX forward. */
-static const TileConfig AMX_TILES = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16}};
+static const TileConfig AMX_TILES = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+                                     .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
 
 static void amx_configure(void) { _tile_loadconfig(&AMX_TILES); }
 
@@ -381,36 +382,84 @@ static inline void amx_store(int r0, int t0, int n, int R, bf16 *out, float c[16
  * so the same bits. `scripts/products_bench.py --amx` on the Xeon measures both (docs/fastpath.md). */
 #define PREFETCH_TILES 16
 
-static void matmul_amx(const uint32_t *packed, int n, int K, const bf16 *W, const bf16 *Wt, int R, bf16 *out) {
-    const int blocks = (n + 15) / 16;
-    const int tiled = blocks > 1 && Wt != NULL;
-    const size_t block_size = (size_t)K / 2 * 16;
+/* One token block (up to 16 tokens): each 16-row group's A tiles against the one B tile of each k. */
+static void matmul_amx_one(const uint32_t *packed, int n, int K, const bf16 *W, int R, bf16 *out) {
     float c[16][16] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
     for (int r0 = 0; r0 < R; r0 += 16) {
-        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-        const bf16 *tiles = tiled ? Wt + (size_t)r0 * K : NULL; /* this group's K/32 tiles of 512 */
+        _tile_zero(0);
         for (int k = 0; k < K; k += 32) {
-            if (tiled) {
-                const bf16 *tile = tiles + (size_t)k * 16;
-                /* never faults past the end (a prefetch does not); the tile there is the next group's or none */
-                for (int line = 0; line < 16; line++)
-                    _mm_prefetch((const char *)(tile + PREFETCH_TILES * 512) + 64 * line, _MM_HINT_T0);
-                _tile_loadd(4, tile, 64);
-            } else {
-                _tile_loadd(4, W + (size_t)r0 * K + k, K * 2);
-            }
-            const uint32_t *b = packed + (size_t)k / 2 * 16;
-            _tile_loadd(5, b, 64); _tile_dpbf16ps(0, 4, 5);
-            if (blocks > 1) { _tile_loadd(5, b + block_size, 64); _tile_dpbf16ps(1, 4, 5); }
-            if (blocks > 2) { _tile_loadd(5, b + 2 * block_size, 64); _tile_dpbf16ps(2, 4, 5); }
-            if (blocks > 3) { _tile_loadd(5, b + 3 * block_size, 64); _tile_dpbf16ps(3, 4, 5); }
+            _tile_loadd(4, W + (size_t)r0 * K + k, K * 2);
+            _tile_loadd(6, packed + (size_t)k / 2 * 16, 64);
+            _tile_dpbf16ps(0, 4, 6);
         }
         _tile_stored(0, c, 64); amx_store(r0, 0, n, R, out, c);
-        if (blocks > 1) { _tile_stored(1, c, 64); amx_store(r0, 16, n, R, out, c); }
-        if (blocks > 2) { _tile_stored(2, c, 64); amx_store(r0, 32, n, R, out, c); }
-        if (blocks > 3) { _tile_stored(3, c, 64); amx_store(r0, 48, n, R, out, c); }
     }
+}
+
+/* The A tile of rows [r0, r0 + 16) and inputs [k, k + 32): from the copy in tiles, asked PREFETCH_TILES ahead
+ * (never faulting past the end: a prefetch does not), or where it lies. */
+#define LOAD_A(tile, r0, k)                                                                                    \
+    do {                                                                                                       \
+        if (Wt != NULL) {                                                                                      \
+            const bf16 *a = Wt + (size_t)(r0) * K + (size_t)(k) * 16;                                          \
+            if (b0 == 0)                                                                                       \
+                for (int line = 0; line < 16; line++)                                                          \
+                    _mm_prefetch((const char *)(a + PREFETCH_TILES * 512) + 64 * line, _MM_HINT_T0);           \
+            _tile_loadd(tile, a, 64);                                                                          \
+        } else {                                                                                               \
+            _tile_loadd(tile, W + (size_t)(r0) * K + (k), K * 2);                                             \
+        }                                                                                                      \
+    } while (0)
+
+/* More than 16 tokens: 32 rows × 32 tokens a pass, four C tiles fed by two A and two B tiles, so each tile
+ * loaded is used twice and no load waits for a product to finish reading the tile it replaces (with one A
+ * and one B tile, every B load waited on the product before it). 64 tokens take two passes over a 32-row
+ * group, the second from cache. Each C element still takes its k in order: the same sums. Needs R % 32 = 0. */
+static void matmul_amx_pairs(const uint32_t *packed, int n, int K, const bf16 *W, const bf16 *Wt, int R,
+                             bf16 *out) {
+    const int blocks = (n + 15) / 16;
+    const size_t block_size = (size_t)K / 2 * 16;
+    float c[16][16] __attribute__((aligned(64)));
+#pragma omp for schedule(static)
+    for (int r0 = 0; r0 < R; r0 += 32) {
+        for (int b0 = 0; b0 < blocks; b0 += 2) {
+            const int two = b0 + 1 < blocks;
+            const uint32_t *b = packed + b0 * block_size;
+            _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+            for (int k = 0; k < K; k += 32, b += 16 * 16) {
+                LOAD_A(4, r0, k);
+                _tile_loadd(6, b, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                LOAD_A(5, r0 + 16, k);
+                _tile_dpbf16ps(2, 5, 6);
+                if (two) {
+                    _tile_loadd(7, b + block_size, 64);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, c, 64); amx_store(r0, 16 * b0, n, R, out, c);
+            _tile_stored(2, c, 64); amx_store(r0 + 16, 16 * b0, n, R, out, c);
+            if (two) {
+                _tile_stored(1, c, 64); amx_store(r0, 16 * b0 + 16, n, R, out, c);
+                _tile_stored(3, c, 64); amx_store(r0 + 16, 16 * b0 + 16, n, R, out, c);
+            }
+        }
+    }
+}
+#undef LOAD_A
+
+static void matmul_amx(const uint32_t *packed, int n, int K, const bf16 *W, const bf16 *Wt, int R, bf16 *out) {
+    if (n <= 16 || R % 32 != 0) {
+        if (n <= 16) matmul_amx_one(packed, n, K, W, R, out);
+        else
+            for (int t0 = 0; t0 < n; t0 += 16) /* never taken by SmolLM2's shapes; kept correct for any R % 16 = 0 */
+                matmul_amx_one(packed + (size_t)t0 / 16 * K / 2 * 16, n - t0 < 16 ? n - t0 : 16, K, W, R,
+                               out + (size_t)t0 * R);
+        return;
+    }
+    matmul_amx_pairs(packed, n, K, W, Wt, R, out);
 }
 #endif
 
@@ -425,7 +474,7 @@ static uint32_t *pairs_scratch(int widest) {
 
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch
  * (NULL without AMX, where `Wp` holds the weights paired); `Wt`: W in tiles, or NULL (see matmul_amx).
- * AMX takes the tokens 64 at a time (one pass over the weights each); on both paths every output is the
+ * AMX takes the tokens 64 at a time (one pass over the weights from memory each); on both paths every output is the
  * same sum in the same order whatever N is, so a token's logits do not depend on the tokens beside it. */
 static void matmul(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, int R,
                    bf16 *out, uint32_t *packed) {
