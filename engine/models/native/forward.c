@@ -1080,10 +1080,10 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
     mark(clock, 2);
     matmul(c->heads_out, n, h * d, w->o, w->o_tiles, w->o_pairs, H, c->projected, c->packed);
     mark(clock, 1);
-#pragma omp single
-    {
-        add_rounded(c->x, c->projected, (size_t)n * H);
-        rms_norm(c->x, n, H, w->mlp_norm, D->eps, c->normed);
+#pragma omp for schedule(static)
+    for (int t = 0; t < n; t++) { /* row by row over the team: each row's sums as on one thread */
+        add_rounded(c->x + (size_t)t * H, c->projected + (size_t)t * H, H);
+        rms_norm(c->x + (size_t)t * H, 1, H, w->mlp_norm, D->eps, c->normed + (size_t)t * H);
     }
     mark(clock, 0);
     matmul(c->normed, n, H, w->gate_up, w->gate_up_tiles, w->gate_up_pairs, 2 * I, c->gate_up, c->packed);
@@ -1094,8 +1094,8 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
     mark(clock, 0);
     matmul(c->mlp, n, I, w->down, w->down_tiles, w->down_pairs, H, c->projected, c->packed);
     mark(clock, 1);
-#pragma omp single
-    add_rounded(c->x, c->projected, (size_t)n * H);
+#pragma omp for schedule(static)
+    for (int t = 0; t < n; t++) add_rounded(c->x + (size_t)t * H, c->projected + (size_t)t * H, H);
 }
 
 /* AMX's pair scratch for products of inputs up to `widest` and each thread's score rows for S columns;
@@ -1137,11 +1137,11 @@ int forward_batch(const Forward *f, const Sequence *seqs, int count) {
         for (int l = 0; l < D->layers; l++) {
             const LayerWeights *w = &f->layers[l];
             call.layer = l;
-#pragma omp single
-            {
-                save_feature(f, l, f->x);
-                rms_norm(f->x, n, H, w->attn_norm, D->eps, f->normed);
-            }
+#pragma omp single nowait /* it reads x, as the norm does; the norm writes only `normed` */
+            save_feature(f, l, f->x);
+#pragma omp for schedule(static)
+            for (int t = 0; t < n; t++)
+                rms_norm(f->x + (size_t)t * H, 1, H, w->attn_norm, D->eps, f->normed + (size_t)t * H);
             mark(&clock, 0);
             decoder_layer(D, w, &call, &clock);
         }
