@@ -218,7 +218,8 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
                 __m256 odd[2], even[2];
                 if (v == 0) _mm_prefetch((const char *)(wv + PREFETCH_PAIRS * PAIR_ROWS), _MM_HINT_T0);
                 if (v == 0 && VECS == 2) _mm_prefetch((const char *)(wv + PREFETCH_PAIRS * PAIR_ROWS + 16), _MM_HINT_T0);
-                for (int i = 0; i < 2; i++) split_pairs(_mm256_loadu_si256((const __m256i *)(wv + 8 * i)), &odd[i], &even[i]);
+                for (int i = 0; i < 2; i++)
+                    split_pairs(_mm256_loadu_si256((const __m256i *)(wv + 8 * i)), &odd[i], &even[i]);
                 for (int j = 0; j < TOKENS; j++) {
                     __m256 odd_x, even_x;
                     split_pairs(_mm256_set1_epi32((int)xs[(size_t)j * (K / 2) + p]), &odd_x, &even_x);
@@ -310,8 +311,8 @@ static inline void transpose16(__m512i rows[16]) {
 #ifdef __AMX_BF16__
 /* AMX: a tile product C[16 r, 16 t] += A[16 r, 32 k] · B[16 k-pairs, 16 t, 2] takes 16 rows × 32 inputs of
  * the weights (as they lie, or from a copy in tiles: see matmul_amx) and the activations packed in pairs of
- * k ("VNNI"), so up to 64 tokens cost one pass over the weights: a 16-token verify reads what a one-token
- * forward reads. */
+ * k ("VNNI"), so up to 64 tokens cost one pass over the weights from memory (from 33 tokens on, a second
+ * pass over each 32-row group from cache): a 16-token verify reads what a one-token forward reads. */
 #include <sys/syscall.h>
 #include <unistd.h>
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -332,10 +333,10 @@ static int amx_ready(void) { /* the kernel asks Linux once for the tile state */
     return ready && amx_allowed;
 }
 
-/* Tiles 0–3: C; 4–5: A (weights); 6–7: B (tokens), as matmul_amx uses them (score_amx: 0, 4, 5). A constant in the object's data, not a
- * struct filled on the stack: GCC 12 does not count ldtilecfg as reading its 64 bytes and, once amx_configure
- * was inlined into forward_batch's parallel region, dropped the stores of rows and colsb as dead, so the
- * instruction read garbage and faulted (#GP) on every AMX forward. */
+/* Tiles 0–3: C; 4–5: A (weights); 6–7: B (tokens), as matmul_amx uses them (score_amx: 0, 4, 5). A constant
+ * in the object's data, not a struct filled on the stack: GCC 12 does not count ldtilecfg as reading its 64
+ * bytes and, once amx_configure was inlined into forward_batch's parallel region, dropped the stores of rows
+ * and colsb as dead, so the instruction read garbage and faulted (#GP) on every AMX forward. */
 static const TileConfig AMX_TILES = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
                                      .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
 
@@ -377,8 +378,9 @@ static inline void amx_store(int r0, int t0, int n, int R, bf16 *out, float c[16
  * tokens on the tile unit works longer on each tile and those streams fall behind, most where rows are
  * short (576 inputs: 18 lines a row, which the prefetchers barely learn before they end); then the tiles
  * come from Wt [R/16][K/32][16][32], W[16g + i, 32j + k] at Wt[g][j][i][k] (engine/models/native/
- * __init__.py's `tile_rows`), each A tile 1 KB in a row and the tiles in reading order, each asked into L1
- * PREFETCH_TILES tiles ahead while the tile unit works on the ones before it. The same tiles either way,
+ * __init__.py's `tile_rows`), each A tile 1 KB in a row and a group's tiles in reading order (a pass reads
+ * two groups side by side), each asked into L1 PREFETCH_TILES tiles ahead while the tile unit works on the
+ * ones before it. The same tiles either way,
  * so the same bits. `scripts/products_bench.py --amx` on the Xeon measures both (docs/fastpath.md). */
 #define PREFETCH_TILES 16
 
@@ -474,8 +476,8 @@ static uint32_t *pairs_scratch(int widest) {
 
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch
  * (NULL without AMX, where `Wp` holds the weights paired); `Wt`: W in tiles, or NULL (see matmul_amx).
- * AMX takes the tokens 64 at a time (one pass over the weights from memory each); on both paths every output is the
- * same sum in the same order whatever N is, so a token's logits do not depend on the tokens beside it. */
+ * AMX takes the tokens 64 at a time (one pass over the weights from memory each); on both paths every output
+ * is the same sum in the same order whatever N is, so a token's logits do not depend on the tokens beside it. */
 static void matmul(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, int R,
                    bf16 *out, uint32_t *packed) {
 #ifdef __AMX_BF16__
