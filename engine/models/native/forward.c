@@ -317,7 +317,7 @@ static inline void transpose16(__m512i rows[16]) {
 #include <unistd.h>
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
-#define AMX_MAX_TOKENS 64
+#define AMX_MAX_TOKENS MAX_TOKENS /* tokens packed at once: every pass over a weight group is over all of them */
 
 typedef struct __attribute__((aligned(64))) {
     uint8_t palette, start_row, reserved[14];
@@ -465,10 +465,11 @@ static void matmul_amx(const uint32_t *packed, int n, int K, const bf16 *W, cons
 }
 #endif
 
-/* Shared scratch for the activations in AMX's pairs: 64 tokens of up to `widest` inputs; NULL without AMX. */
+/* Shared scratch for the activations in AMX's pairs: AMX_MAX_TOKENS tokens of up to `widest` inputs; NULL
+ * without AMX. Not zeroed: amx_pack writes every tile a product reads (zeros past the last token). */
 static uint32_t *pairs_scratch(int widest) {
 #ifdef __AMX_BF16__
-    if (amx_ready()) return calloc((size_t)4 * widest / 2 * 16, sizeof(uint32_t));
+    if (amx_ready()) return aligned_alloc(64, sizeof(uint32_t) * AMX_MAX_TOKENS / 16 * widest / 2 * 16);
 #endif
     (void)widest;
     return NULL;
