@@ -311,8 +311,9 @@ static inline void transpose16(__m512i rows[16]) {
 #ifdef __AMX_BF16__
 /* AMX: a tile product C[16 r, 16 t] += A[16 r, 32 k] · B[16 k-pairs, 16 t, 2] takes 16 rows × 32 inputs of
  * the weights (as they lie, or from a copy in tiles: see matmul_amx) and the activations packed in pairs of
- * k ("VNNI"), so up to 64 tokens cost one pass over the weights from memory (from 33 tokens on, a second
- * pass over each 32-row group from cache): a 16-token verify reads what a one-token forward reads. */
+ * k ("VNNI"), so a call's tokens (up to AMX_MAX_TOKENS) cost one pass over the weights from memory (from 33
+ * tokens on, each 32-row group is read again from cache for every 32 tokens more): a 16-token verify reads
+ * what a one-token forward reads. */
 #include <sys/syscall.h>
 #include <unistd.h>
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -380,8 +381,8 @@ static inline void amx_store(int r0, int t0, int n, int R, bf16 *out, float c[16
  * come from Wt [R/16][K/32][16][32], W[16g + i, 32j + k] at Wt[g][j][i][k] (engine/models/native/
  * __init__.py's `tile_rows`), each A tile 1 KB in a row and a group's tiles in reading order (a pass reads
  * two groups side by side), each asked into L1 PREFETCH_TILES tiles ahead while the tile unit works on the
- * ones before it. The same tiles either way,
- * so the same bits. `scripts/products_bench.py --amx` on the Xeon measures both (docs/fastpath.md). */
+ * ones before it. The same tiles either way, so the same bits. `scripts/products_bench.py --amx` on the
+ * Xeon measures both (docs/fastpath.md). */
 #define PREFETCH_TILES 16
 
 /* One token block (up to 16 tokens): each 16-row group's A tiles against the one B tile of each k. */
@@ -399,25 +400,27 @@ static void matmul_amx_one(const uint32_t *packed, int n, int K, const bf16 *W, 
     }
 }
 
-/* The A tile of rows [r0, r0 + 16) and inputs [k, k + 32): from the copy in tiles, asked PREFETCH_TILES ahead
- * (never faulting past the end: a prefetch does not), or where it lies. */
-#define LOAD_A(tile, r0, k)                                                                                    \
+/* Into tile `tile` (a constant: tile instructions name their tiles), the A tile of W's rows [r0, r0 + 16)
+ * and inputs [k, k + 32): from the copy in tiles Wt, with `prefetch` asking for the one PREFETCH_TILES
+ * ahead (never faulting past the end: a prefetch does not), or, without a copy, from W where it lies. */
+#define LOAD_A(tile, W, Wt, K, r0, k, prefetch)                                                                \
     do {                                                                                                       \
-        if (Wt != NULL) {                                                                                      \
-            const bf16 *a = Wt + (size_t)(r0) * K + (size_t)(k) * 16;                                          \
-            if (b0 == 0)                                                                                       \
+        if ((Wt) != NULL) {                                                                                    \
+            const bf16 *a = (Wt) + (size_t)(r0) * (K) + (size_t)(k) * 16;                                      \
+            if (prefetch)                                                                                      \
                 for (int line = 0; line < 16; line++)                                                          \
                     _mm_prefetch((const char *)(a + PREFETCH_TILES * 512) + 64 * line, _MM_HINT_T0);           \
             _tile_loadd(tile, a, 64);                                                                          \
         } else {                                                                                               \
-            _tile_loadd(tile, W + (size_t)(r0) * K + (k), K * 2);                                             \
+            _tile_loadd(tile, (W) + (size_t)(r0) * (K) + (k), (K) * 2);                                        \
         }                                                                                                      \
     } while (0)
 
 /* More than 16 tokens: 32 rows × 32 tokens a pass, four C tiles fed by two A and two B tiles, so each tile
  * loaded is used twice and no load waits for a product to finish reading the tile it replaces (with one A
- * and one B tile, every B load waited on the product before it). 64 tokens take two passes over a 32-row
- * group, the second from cache. Each C element still takes its k in order: the same sums. Needs R % 32 = 0. */
+ * and one B tile, every B load waited on the product before it). Every 32 tokens more take another pass
+ * over the 32-row group, from cache (the first pass asks for the next tiles from memory). Each C element
+ * still takes its k in order: the same sums. Needs R % 32 = 0. */
 static void matmul_amx_pairs(const uint32_t *packed, int n, int K, const bf16 *W, const bf16 *Wt, int R,
                              bf16 *out) {
     const int blocks = (n + 15) / 16;
@@ -430,10 +433,10 @@ static void matmul_amx_pairs(const uint32_t *packed, int n, int K, const bf16 *W
             const uint32_t *b = packed + b0 * block_size;
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
             for (int k = 0; k < K; k += 32, b += 16 * 16) {
-                LOAD_A(4, r0, k);
+                LOAD_A(4, W, Wt, K, r0, k, b0 == 0);
                 _tile_loadd(6, b, 64);
                 _tile_dpbf16ps(0, 4, 6);
-                LOAD_A(5, r0 + 16, k);
+                LOAD_A(5, W, Wt, K, r0 + 16, k, b0 == 0);
                 _tile_dpbf16ps(2, 5, 6);
                 if (two) {
                     _tile_loadd(7, b + block_size, 64);
@@ -477,8 +480,9 @@ static uint32_t *pairs_scratch(int widest) {
 
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch
  * (NULL without AMX, where `Wp` holds the weights paired); `Wt`: W in tiles, or NULL (see matmul_amx).
- * AMX takes the tokens 64 at a time (one pass over the weights from memory each); on both paths every output
- * is the same sum in the same order whatever N is, so a token's logits do not depend on the tokens beside it. */
+ * AMX takes the tokens AMX_MAX_TOKENS at a time (one pass over the weights from memory each); on both paths
+ * every output is the same sum in the same order whatever N is, so a token's logits do not depend on the
+ * tokens beside it. */
 static void matmul(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, int R,
                    bf16 *out, uint32_t *packed) {
 #ifdef __AMX_BF16__
