@@ -253,9 +253,9 @@ def tiles_pay(weight: torch.Tensor) -> bool:
 
 
 def tile_rows(weight: torch.Tensor) -> torch.Tensor:
-    """W [R, K] bf16 (R a multiple of 16, K of 32) as the AMX path reads it for more than 16 tokens:
-    [R/16, K/32, 16, 32], each 16 × 32 tile of W one 1 KB block, the tiles in the order matmul_amx reads
-    them (forward.c).
+    """W [R, K] bf16 (R a multiple of 16, K of 32) as the AMX path reads it from 6 tokens on (forward.c's
+    TWO_GROUPS_FROM): [R/16, K/32, 16, 32], each 16 × 32 tile of W one 1 KB block, a group's tiles in the
+    order matmul_amx reads them.
 
     >>> w = torch.arange(32 * 64, dtype=torch.float32).view(32, 64).to(torch.bfloat16)
     >>> tiles = tile_rows(w)

@@ -374,16 +374,22 @@ static inline void amx_store(int r0, int t0, int n, int R, bf16 *out, float c[16
     for (int t = t0; t < n && t < t0 + 16; t++) store16(out + (size_t)t * R + r0, _mm512_castsi512_ps(rows[t - t0]));
 }
 
-/* Where the weights are read from. Up to 16 tokens, as they lie: a group's 16 rows (2K bytes apart) are
- * 16 streams the prefetchers run side by side, and one token's products keep up with them. From 17
- * tokens on the tile unit works longer on each tile and those streams fall behind, most where rows are
- * short (576 inputs: 18 lines a row, which the prefetchers barely learn before they end); then the tiles
+/* Where the weights are read from. Up to 5 tokens, as they lie: a group's 16 rows (2K bytes apart) are
+ * 16 streams the prefetchers run side by side, and a few tokens' products keep up with them. From
+ * TWO_GROUPS_FROM tokens on the tile unit works longer on each tile and those streams fall behind, most
+ * where rows are short (576 inputs: 18 lines a row, which the prefetchers barely learn before they end); the
+ * tiles
  * come from Wt [R/16][K/32][16][32], W[16g + i, 32j + k] at Wt[g][j][i][k] (engine/models/native/
  * __init__.py's `tile_rows`), each A tile 1 KB in a row and a group's tiles in reading order (a pass reads
  * two groups side by side), each asked into L1 PREFETCH_TILES tiles ahead while the tile unit works on the
  * ones before it. The same tiles either way, so the same bits. `scripts/products_bench.py --amx` on the
  * Xeon measures both (docs/fastpath.md). */
 #define PREFETCH_TILES 16
+
+/* From this many tokens on, matmul_amx_pairs (from the copy in tiles); below it, matmul_amx_one (as the weights
+ * lie). On the Xeon, whole forwards at a cache of 512: 6–16 tokens 0.5–1.4 ms faster that way, 5 tokens 0.3 ms
+ * slower, 2–4 tokens' products 5–10 % slower (`forward_bench.py`, `products_bench.py --amx`). */
+#define TWO_GROUPS_FROM 6
 
 /* One token block (up to 16 tokens): each 16-row group's A tiles against the one B tile of each k. */
 static void matmul_amx_one(const uint32_t *packed, int n, int K, const bf16 *W, int R, bf16 *out) {
@@ -416,7 +422,7 @@ static void matmul_amx_one(const uint32_t *packed, int n, int K, const bf16 *W, 
         }                                                                                                      \
     } while (0)
 
-/* More than 16 tokens: 32 rows × 32 tokens a pass, four C tiles fed by two A and two B tiles, so each tile
+/* TWO_GROUPS_FROM tokens or more: 32 rows × 32 tokens a pass, four C tiles fed by two A and two B tiles, so each tile
  * loaded is used twice and no load waits for a product to finish reading the tile it replaces (with one A
  * and one B tile, every B load waited on the product before it). Every 32 tokens more take another pass
  * over the 32-row group, from cache (the first pass asks for the next tiles from memory). Each C element
@@ -456,15 +462,12 @@ static void matmul_amx_pairs(const uint32_t *packed, int n, int K, const bf16 *W
 #undef LOAD_A
 
 static void matmul_amx(const uint32_t *packed, int n, int K, const bf16 *W, const bf16 *Wt, int R, bf16 *out) {
-    if (n <= 16 || R % 32 != 0) {
-        if (n <= 16) matmul_amx_one(packed, n, K, W, R, out);
-        else
-            for (int t0 = 0; t0 < n; t0 += 16) /* never taken by SmolLM2's shapes; kept correct for any R % 16 = 0 */
-                matmul_amx_one(packed + (size_t)t0 / 16 * K / 2 * 16, n - t0 < 16 ? n - t0 : 16, K, W, R,
-                               out + (size_t)t0 * R);
-        return;
-    }
-    matmul_amx_pairs(packed, n, K, W, Wt, R, out);
+    if (n >= TWO_GROUPS_FROM && R % 32 == 0)
+        matmul_amx_pairs(packed, n, K, W, Wt, R, out);
+    else /* a block of 16 tokens at a time: R % 32 ≠ 0 never comes from SmolLM2's shapes, kept correct for it */
+        for (int t0 = 0; t0 < n; t0 += 16)
+            matmul_amx_one(packed + (size_t)t0 / 16 * K / 2 * 16, n - t0 < 16 ? n - t0 : 16, K, W, R,
+                           out + (size_t)t0 * R);
 }
 #endif
 
