@@ -274,11 +274,13 @@ def test_the_heads_kernel_linears_follow_the_path_and_a_weight_changed_in_place(
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows, inputs", [(16, 32), (48, 96), (80, 64), (592, 128)])
+@pytest.mark.parametrize("rows, inputs", [(16, 32), (48, 96), (80, 64), (592, 128), (64, 96), (96, 64)])
 def test_a_products_bits_depend_on_neither_the_tokens_beside_it_nor_how_the_threads_cut_it(kernel_path, rows, inputs):
-    """The products' blocks (up to 12 tokens, one or two 16-row vectors, a thread's run of vectors starting
-    anywhere) must leave every output one chain in its own order: a token's row is the same alone, among
-    12 or 25 others, and on 1, 2 or 3 threads. Odd vector counts put a run's edge inside a 32-row group."""
+    """The products' blocks must leave every output one chain in its own order: a token's row is the same
+    alone, among up to 69 others, and on 1, 2 or 3 threads. On the dot-product path: up to 12 tokens a
+    block, one or two 16-row vectors, a thread's run of vectors starting anywhere (odd vector counts put a
+    run's edge inside a 32-row group). On AMX: 16-row groups one token block at a time (rows not a multiple
+    of 32, or under 6 tokens), else 32 rows × 32 tokens a pass, several passes over a group (33–70 tokens)."""
     library = native.kernel()
     generator = torch.Generator().manual_seed(rows)
     weight = torch.randn(rows, inputs, generator=generator).to(torch.bfloat16)
@@ -293,11 +295,11 @@ def test_a_products_bits_depend_on_neither_the_tokens_beside_it_nor_how_the_thre
         assert code == 0
         return out
 
-    x = torch.randn(25, inputs, generator=generator).to(torch.bfloat16)
-    alone = torch.cat([product(x[t:t + 1].contiguous(), 1) for t in range(25)])  # [25, R]
+    x = torch.randn(70, inputs, generator=generator).to(torch.bfloat16)
+    alone = torch.cat([product(x[t:t + 1].contiguous(), 1) for t in range(70)])  # [70, R]
     exact = x.float() @ weight.float().t()
     assert (alone.float() - exact).abs().max() < 0.05 * exact.abs().max()
-    for n in (1, 4, 12, 13, 25):
+    for n in (1, 4, 5, 6, 12, 13, 25, 33, 70):
         for threads in (1, 2, 3):
             assert torch.equal(product(x[:n].contiguous(), threads).view(torch.int16), alone[:n].view(torch.int16)), \
                 (n, threads)
