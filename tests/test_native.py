@@ -287,11 +287,11 @@ def test_a_products_bits_depend_on_neither_the_tokens_beside_it_nor_how_the_thre
     amx = library.native_amx_active() and rows % 16 == 0
     tiles, pairs = (native.tile_rows(weight), None) if amx else (None, native.pair_rows(weight))
 
-    def product(x: torch.Tensor, threads: int) -> torch.Tensor:
+    def product(x: torch.Tensor, threads: int, tiled: bool = True) -> torch.Tensor:
         out = torch.empty(x.shape[0], rows, dtype=torch.bfloat16)
         code = library.linear(x.data_ptr(), x.shape[0], inputs, weight.data_ptr(),
-                              None if tiles is None else tiles.data_ptr(), None if pairs is None else pairs.data_ptr(),
-                              rows, out.data_ptr(), threads)
+                              None if tiles is None or not tiled else tiles.data_ptr(),
+                              None if pairs is None else pairs.data_ptr(), rows, out.data_ptr(), threads)
         assert code == 0
         return out
 
@@ -303,6 +303,9 @@ def test_a_products_bits_depend_on_neither_the_tokens_beside_it_nor_how_the_thre
         for threads in (1, 2, 3):
             assert torch.equal(product(x[:n].contiguous(), threads).view(torch.int16), alone[:n].view(torch.int16)), \
                 (n, threads)
+        if tiles is not None:  # AMX without the copy in tiles (the down product has none): the weights as they lie
+            assert torch.equal(product(x[:n].contiguous(), 2, tiled=False).view(torch.int16),
+                               alone[:n].view(torch.int16)), n
 
 
 def test_on_torchs_ops_bfloat16_outputs_differ_from_ar_only_at_near_ties(monkeypatch):
