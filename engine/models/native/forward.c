@@ -374,16 +374,15 @@ static inline void amx_store(int r0, int t0, int n, int R, bf16 *out, float c[16
     for (int t = t0; t < n && t < t0 + 16; t++) store16(out + (size_t)t * R + r0, _mm512_castsi512_ps(rows[t - t0]));
 }
 
-/* Where the weights are read from. Up to 5 tokens, as they lie: a group's 16 rows (2K bytes apart) are
- * 16 streams the prefetchers run side by side, and a few tokens' products keep up with them. From
- * TWO_GROUPS_FROM tokens on the tile unit works longer on each tile and those streams fall behind, most
- * where rows are short (576 inputs: 18 lines a row, which the prefetchers barely learn before they end); the
- * tiles
- * come from Wt [R/16][K/32][16][32], W[16g + i, 32j + k] at Wt[g][j][i][k] (engine/models/native/
- * __init__.py's `tile_rows`), each A tile 1 KB in a row and a group's tiles in reading order (a pass reads
- * two groups side by side), each asked into L1 PREFETCH_TILES tiles ahead while the tile unit works on the
- * ones before it. The same tiles either way, so the same bits. `scripts/products_bench.py --amx` on the
- * Xeon measures both (docs/fastpath.md). */
+/* Where the weights are read from. Below TWO_GROUPS_FROM tokens, as they lie: a group's 16 rows (2K bytes
+ * apart) are 16 streams the prefetchers run side by side, and a few tokens' products keep up with them. With
+ * more, the tile unit works longer on each tile and those streams fall behind, most where rows are short (576
+ * inputs: 18 lines a row, which the prefetchers barely learn before they end); the tiles then come from Wt
+ * [R/16][K/32][16][32], W[16g + i, 32j + k] at Wt[g][j][i][k] (engine/models/native/__init__.py's
+ * `tile_rows`), each A tile 1 KB in a row and a group's tiles in reading order (a pass reads two groups side
+ * by side), each asked into L1 PREFETCH_TILES tiles ahead while the tile unit works on the ones before it.
+ * The same tiles either way, so the same bits. `scripts/products_bench.py --amx` on the Xeon measures both
+ * (docs/fastpath.md). */
 #define PREFETCH_TILES 16
 
 /* From this many tokens on, matmul_amx_pairs (from the copy in tiles); below it, matmul_amx_one (as the weights
@@ -422,9 +421,10 @@ static void matmul_amx_one(const uint32_t *packed, int n, int K, const bf16 *W, 
         }                                                                                                      \
     } while (0)
 
-/* TWO_GROUPS_FROM tokens or more: 32 rows × 32 tokens a pass, four C tiles fed by two A and two B tiles, so each tile
- * loaded is used twice and no load waits for a product to finish reading the tile it replaces (with one A
- * and one B tile, every B load waited on the product before it). Every 32 tokens more take another pass
+/* TWO_GROUPS_FROM tokens or more: 32 rows × 32 tokens a pass, four C tiles fed by two A and two B tiles, so
+ * each tile loaded feeds two products (with one token block, each B tile; with two, every tile) and no load
+ * waits for a product to finish reading the tile it replaces (with one A and one B tile, every B load waited
+ * on the product before it). Every 32 tokens more take another pass
  * over the 32-row group, from cache (the first pass asks for the next tiles from memory). Each C element
  * still takes its k in order: the same sums. Needs R % 32 = 0. */
 static void matmul_amx_pairs(const uint32_t *packed, int n, int K, const bf16 *W, const bf16 *Wt, int R,
