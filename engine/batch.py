@@ -8,6 +8,8 @@ The contract:
     leaving: a request leaves at the end of the step that finished it (EOS, max-new-tokens) or, once
         `cancelled()` says so, before its next step: its place is free at the next step (continuous
         batching), and its ticket holds its RunFinished;
+    drafting: the members' trees grow a layer at a time together, and each layer's draft forwards (an EAGLE-3
+        head's) run in one call for the whole batch, each request getting the bits of its own forward;
     policies: before each step every policy hears how many requests share its verify forward
         (`Policy.see_batch`): cast and talon-adaptive read the cost table's rows at that batch, the
         rows `specscope profile` measures through the same batched forward;
@@ -30,9 +32,9 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Generator, Literal
 
-from engine.drafters.base import Drafter
+from engine.drafters.base import DraftForward, Drafter, run_draft_forwards
 from engine.drafters.memory import MemoryBank
 from engine.engine import Drafted, Prepared, SpecEngine, _Run
 from engine.events import RunFinished
@@ -182,12 +184,7 @@ class Batch:
                 self._leave(member)
         for member in self._members:  # cost-aware policies read the cost table's rows at this batch
             member.run.policy.see_batch(len(self._members))
-        drafted: list[tuple[_Member, Drafted]] = []
-        for member in list(self._members):
-            try:
-                drafted.append((member, member.run.draft()))
-            except Exception as error:
-                self._fail(member, error)
+        drafted = self._draft_members()
         if not drafted:
             return
         device = self.engine.target.device
@@ -207,6 +204,31 @@ class Batch:
                 continue
             if member.run.stop is not None:
                 self._leave(member)
+
+    def _draft_members(self) -> list[tuple[_Member, Drafted]]:
+        """Every member's tree, grown a layer at a time together: each round, every member still growing hands
+        out its next draft forward and one call runs them all (run_draft_forwards), so the draft model's
+        weights are read once per layer for the batch, not once per request. A member whose drafting raises
+        leaves with its error; a shared call that raises fails the members whose forwards it ran."""
+        drafted: dict[_Member, Drafted] = {}
+        growing = [(member, member.run.drafting()) for member in self._members]
+        while growing:
+            waiting: list[tuple[_Member, Generator, DraftForward]] = []
+            for member, steps in growing:
+                try:
+                    waiting.append((member, steps, next(steps)))
+                except StopIteration as done:
+                    drafted[member] = done.value
+                except Exception as error:
+                    self._fail(member, error)
+            try:
+                run_draft_forwards([forward for _, _, forward in waiting])
+            except Exception as error:
+                for member, _, _ in waiting:
+                    self._fail(member, error)
+                waiting = []
+            growing = [(member, steps) for member, steps, _ in waiting]
+        return [(member, drafted[member]) for member in list(self._members) if member in drafted]
 
     def _leave(self, member: _Member) -> None:
         """A request that stopped: its last event, its ticket done, its sessions free for the next."""

@@ -9,15 +9,21 @@ pooled (`pool_from`) with their cumulative path scores; the policy keeps or
 prunes each candidate and says which kept ones grow further. The loop ends
 when no kept node is to grow, when the drafter has nothing to offer, or at
 `max_depth` (the tokens the request can still emit).
+
+Before the drafter proposes for a layer, `grow_layers` yields the model forward
+the proposal needs (`Drafter.draft_forward`), so a batch (engine/batch.py) grows
+every request's tree a layer at a time and runs their forwards in one call;
+`grow_tree` runs each as it comes, for a request alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generator
 
 import torch
 
-from engine.drafters.base import Drafter, Proposal
+from engine.drafters.base import DraftForward, Drafter, Proposal, run_draft_forwards
 from engine.policies.base import LayerSelection, Policy, Pool
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
@@ -77,10 +83,29 @@ def pool_from(tree: DraftTree, proposals: list[Proposal], depth: int, prefix_len
 
 def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefix_len: int = 0,
               sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None) -> Draft:
+    """Grows a tree under `root` until the policy stops it (`grow_layers`, each forward run as it comes)."""
+    return run_growing(grow_layers(policy, drafter, root, max_depth, prefix_len, sampling, generator))
+
+
+Growing = Generator[DraftForward, None, "Draft"]  # yields each layer's forward to run, returns the tree
+
+
+def run_growing(growing: Growing) -> Draft:
+    """Drives a growing tree alone: each forward it hands out runs at once."""
+    try:
+        while True:
+            run_draft_forwards([next(growing)])
+    except StopIteration as done:
+        return done.value
+
+
+def grow_layers(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefix_len: int = 0,
+                sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None) -> Growing:
     """Grows a tree under `root` until the policy stops it; `prefix_len` is the target's cached context.
-    Where the policy need not explain itself (`Policy.explain` off: no one reads the pruned candidates) a layer
-    pools only the candidates its `pool_floor` lets through: the same tree, without building a decision for
-    every child below the gate."""
+    Before the drafter proposes for a layer it yields the model forward the layer needs, to be run before it
+    goes on (alone or with other requests'). Where the policy need not explain itself (`Policy.explain` off:
+    no one reads the pruned candidates) a layer pools only the candidates its `pool_floor` lets through: the
+    same tree, without building a decision for every child below the gate."""
     draft = Draft(tree=DraftTree.with_root(root))
     sample = policy.sample_children(sampling.temperature)
     frontier, depth = [0], 0
@@ -88,6 +113,9 @@ def grow_tree(policy: Policy, drafter: Drafter, root: int, max_depth: int, prefi
         depth += 1
         k = policy.children_per_node(draft.tree, depth)
         if policy.drafts_from_model(depth):
+            forward = drafter.draft_forward(draft.tree, frontier)
+            if forward is not None:
+                yield forward
             proposals = drafter.propose(draft.tree, frontier, k, sample, sampling, generator)
         else:
             proposals = drafter.free_proposals(draft.tree, frontier, k)

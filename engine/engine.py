@@ -18,15 +18,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Generator, Iterator, Literal
 
 import torch
 
 from engine.acceptance import Acceptance, accept_greedy, accept_sampled, row_argmax
 from engine.costs import FASTEST, CostTable, costs_note, fastest_policy_note, table_path_for
-from engine.drafters.base import Drafter
+from engine.drafters.base import DraftForward, Drafter
 from engine.drafters.memory import MemoryBank
-from engine.drafting import Draft, grow_tree
+from engine.drafting import Draft, Growing, grow_layers, run_growing
 from engine.errors import RequestError
 from engine.events import CostsSummary, RunFinished
 from engine.interface import Emit, EngineInfo
@@ -348,11 +348,16 @@ class _Run:
 
     def draft(self) -> Drafted:
         """The step's first half: grows and reranks the tree, and says which forward verifies it."""
+        return run_growing(self.drafting())
+
+    def drafting(self) -> Generator[DraftForward, None, Drafted]:
+        """`draft`, handing out each draft forward before it runs (grow_layers): a batch runs its requests'
+        forwards together, and their trees grow in step."""
         self.steps += 1
         device = self.target.device
         meter = self.drafter.meter.reading() if self.drafter else (0, 0.0)
         started = clock(device)
-        tree, dists = self._draft(self.root)
+        tree, dists = yield from self._draft(self.root)
         drafted = clock(device)
         return Drafted(tree, dists, self._verify_item(tree), meter, started, drafted)
 
@@ -381,12 +386,13 @@ class _Run:
         self.reporter.step_done(result, forwards_now - forwards, times, adjustments, shared)
         self.root, self.stop = accepted.token, stop
 
-    def _draft(self, root: int) -> tuple[DraftTree, dict[int, torch.Tensor]]:
+    def _draft(self, root: int) -> Generator[DraftForward, None, tuple[DraftTree, dict[int, torch.Tensor]]]:
         """Grows the tree, then lets the policy rerank it to the nodes sent to verification."""
         if not self.drafter:
             return DraftTree.with_root(root), {}
-        draft: Draft = grow_tree(self.policy, self.drafter, root, self._depth_room(), self.target.cache_len,
-                                 self.request.sampling, self.generator)
+        growing: Growing = grow_layers(self.policy, self.drafter, root, self._depth_room(), self.target.cache_len,
+                                       self.request.sampling, self.generator)
+        draft: Draft = yield from growing
         rerank = self.policy.finalize(draft.tree)
         kept = set(rerank.keep)
         assert all(node in kept for node in range(len(draft.tree)) if draft.tree.sampled[node]), \

@@ -102,7 +102,11 @@ def test_a_request_whose_drafting_fails_leaves_with_its_error_and_the_others_fin
     batch.step()  # both joined
     broken = tickets[0]
     run = next(member.run for member in batch._members if member.ticket is broken)
-    monkeypatch.setattr(run, "draft", lambda: (_ for _ in ()).throw(RuntimeError("drafter broke")))
+
+    def broken_drafting():  # the batch grows every member's tree through `drafting`
+        raise RuntimeError("drafter broke")
+        yield
+    monkeypatch.setattr(run, "drafting", broken_drafting)
     batch.run()
     with pytest.raises(RuntimeError, match="drafter broke"):
         broken.outcome(0)
@@ -292,3 +296,43 @@ def test_a_bfloat16_batch_on_the_embedded_model_through_the_kernel_is_identical_
     alone = [smol.run(request, detail=False, memory=None).tokens for request in chosen]
     batched = run_batched(smol, chosen, max_batch=3, join_after=2, detail=False)
     assert [finished.tokens for finished in batched] == alone
+
+
+@pytest.mark.slow
+def test_a_batch_drafts_its_heads_layers_in_one_call_each_and_every_tree_is_the_one_drafted_alone(monkeypatch):
+    """SmolLM2-135M in bfloat16 where the kernel runs: the requests' trees grow a layer at a time together and
+    each layer's head forwards run in one kernel call (engine/batch.py's drafting), yet every step drafts the
+    tree it drafts alone (the same size, depth and width, the same drafts accepted) and every output is the
+    run's alone."""
+    if not cpu_has_the_kernel():
+        pytest.skip(f"the native kernel does not run here: {kernel_unavailable()}")
+    from engine.events import StepMetrics
+    from engine.loading import load_engine
+    from engine.models.native import NativeHead
+    from engine.options import EngineOptions
+
+    smol = load_engine(EngineOptions(dtype="bfloat16"))
+    prompts = ["Write a haiku about trees", "Count from one to twenty.", "Name three rivers."]
+    chosen = [GenerationRequest(prompt=prompt, policy=policy, drafter=drafter, max_new_tokens=24)
+              for prompt, (policy, drafter) in zip(prompts, [("eagle", "hybrid"), ("talon", "head"),
+                                                             ("talon", "hybrid")])]  # trees of fixed rules
+
+    def shapes(steps: list) -> list[tuple]:
+        return [(s.tree_size, s.depth, s.width, s.accepted, s.draft_forwards) for s in steps]
+
+    alone_steps = [[] for _ in chosen]
+    alone = [smol.run(request, emit=lambda e, kept=kept: kept.append(e) if isinstance(e, StepMetrics) else None,
+                      detail=False, memory=None).tokens for request, kept in zip(chosen, alone_steps)]
+    calls = []
+    batch_call = NativeHead.batch
+    monkeypatch.setattr(NativeHead, "batch", lambda self, steps: calls.append(len(steps)) or batch_call(self, steps))
+    batch = Batch(smol, max_batch=3)
+    batched_steps = [[] for _ in chosen]
+    tickets = [batch.submit(request, detail=False, memory=None,
+                            emit=lambda e, kept=kept: kept.append(e) if isinstance(e, StepMetrics) else None)
+               for request, kept in zip(chosen, batched_steps)]
+    batch.run()
+    assert [ticket.outcome(0).tokens for ticket in tickets] == alone
+    assert [shapes(steps) for steps in batched_steps] == [shapes(steps) for steps in alone_steps]
+    assert calls and max(calls) == 3  # every request's forward of a layer in one call while all three grow
+    assert all(step.shared == 3 for step in batched_steps[0][:3])

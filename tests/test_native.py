@@ -479,6 +479,53 @@ def test_a_context_longer_than_one_head_step_takes_runs_in_calls_bit_for_bit(ker
 
 
 @needs_kernel
+def test_heads_of_several_requests_drafting_in_one_call_get_the_bits_of_their_own_calls(kernel_path):
+    """A batch's layer (engine/batch.py): the draft forwards of four head sessions, on contexts of different
+    lengths, run together (HeadForward.run_together, one head_step_batch): two roots with pending pairs, then
+    layers of 1, 3, 7 and 12 siblings. Every output state, logit and cached key and value is the one the same
+    forward gives in a call of its own, and the four forwards were one call."""
+    from engine.drafters.base import run_draft_forwards
+    from engine.drafters.eagle_head import EagleHeadDrafter
+    from engine.tree import DraftTree
+    from test_hybrid import random_head
+
+    target = tiny_llama(seed=2, hidden=HIDDEN, layers=3, dtype=torch.bfloat16)
+    head = random_head(target, dtype=torch.bfloat16)
+    generator = torch.Generator().manual_seed(5)
+    contexts = [[(7 * i + j) % 200 + 1 for i in range(length)] for j, length in enumerate((30, 2, 9, 61))]
+    widths = (1, 3, 7, 12)
+    seen = {}
+    for together in (False, True):
+        generator.manual_seed(5)
+        drafters = [EagleHeadDrafter(head, num_target_layers=3) for _ in contexts]
+        trees = [DraftTree.with_root(context[-1]) for context in contexts]
+        for drafter, context in zip(drafters, contexts):
+            drafter.start(context, torch.randn(len(context) - 1, 3 * HIDDEN, generator=generator).to(torch.bfloat16))
+        calls = []
+        drafters[0].native.batch = (lambda batch: lambda steps: calls.append(len(steps)) or batch(steps))(
+            drafters[0].native.batch)
+        frontiers = [[0]] * len(contexts)
+        for layer in range(2):
+            forwards = [d.draft_forward(tree, frontier) for d, tree, frontier in zip(drafters, trees, frontiers)]
+            if together:
+                run_draft_forwards(forwards)
+            else:
+                for forward in forwards:
+                    forward.run()
+            if layer == 0:
+                frontiers = [[tree.add(0, (11 * i + w) % 200 + 1, 0.1, 0.1, "head") for i in range(w)]
+                             for tree, w in zip(trees, widths)]
+        seen[together] = ([torch.stack([d.node_logits[0] for d in drafters]),
+                           torch.cat([d.frontier_draft_logits(t, f) for d, t, f in zip(drafters, trees, frontiers)]),
+                           torch.cat([d.node_state[n] for d, f in zip(drafters, frontiers) for n in f])]
+                          + [d.kv[:, :, :d.cache_len + d.ran].clone() for d in drafters], calls)
+    (alone, no_calls), (batched, calls) = seen[False], seen[True]
+    assert no_calls == [] and calls == [4, 4]  # the roots in one call, then the siblings in one
+    for one, many in zip(alone, batched):
+        assert torch.equal(one, many)
+
+
+@needs_kernel
 @pytest.mark.parametrize("vocab, k", [(12288, 10), (200, 3), (49, 64 - 15), (4096, 64)])
 def test_the_kernels_top_k_and_log_sum_exp_are_torchs_on_bfloat16_rows(vocab, k):
     """A drafter's read of its logits in one C call (native.top_k_lse): the same values as torch.topk over the

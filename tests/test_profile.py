@@ -179,12 +179,17 @@ def test_a_table_saved_before_floors_prints_no_floor_lines():
     assert floor_lines(CostTable.linear(lam=1.0, delta=9.0)) == []
 
 
-def test_the_profile_measures_an_eagle_head_as_the_draft_when_there_is_no_draft_lm():
+def test_the_profile_measures_an_eagle_head_as_the_draft_when_there_is_no_draft_lm(monkeypatch):
     """The shipped drafters run a head, no draft LM: its forwards are measured (c is then the table's, not an
-    assumed tenth of the target), one request's row per context, a batch's b times it (its requests draft one
-    after another)."""
-    from engine.drafters.eagle_head import EagleHeadDrafter
+    assumed tenth of the target), one request's row per context, and a batch's as engine/batch.py drafts it:
+    b sessions' layers handed to one run (HeadForward.run_together)."""
+    from engine.drafters.eagle_head import EagleHeadDrafter, HeadForward
     from engine.models.head import Eagle3Head, head_config
+
+    together = []
+    run_together = HeadForward.run_together.__func__
+    monkeypatch.setattr(HeadForward, "run_together",
+                        classmethod(lambda cls, forwards: together.append(len(forwards)) or run_together(cls, forwards)))
 
     model = tiny_llama(0, hidden=64, layers=2)
     head = Eagle3Head(head_config(model.config, draft_vocab_size=32), model.get_input_embeddings().weight.detach())
@@ -193,8 +198,8 @@ def test_the_profile_measures_an_eagle_head_as_the_draft_when_there_is_no_draft_
                     head=EagleHeadDrafter(head.eval(), "tiny-head", 2))
     assert table.draft is not None and (table.draft.name, table.draft.source) == ("tiny-head", "measured")
     one, three = table.draft.ms
-    assert all(ms > 0 for row in one for ms in row)
-    assert three == [[3 * ms for ms in row] for row in one]
+    assert all(ms > 0 for row in one + three for ms in row)
+    assert set(together) == {1, 3}  # a request's layer alone, a batch's three together
     # read at the next measured context (48), its row made non-decreasing in n as every lookup reads it (a tiny
     # head's n = 1 can time slower than its n = 4: then the two are pooled, test_measured_dips_and_spikes...)
     smoothed = _non_decreasing(one[1])

@@ -34,6 +34,7 @@ import torch
 
 from engine.calibration import is_calibration
 from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts
+from engine.drafters.base import run_draft_forwards
 from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.loading import load_engine
 from engine.models import kvcache
@@ -122,23 +123,29 @@ def lm_timer(lm: Any, context: int) -> Callable[[int], float]:
     return time_n
 
 
-def head_timer(drafter: EagleHeadDrafter, context: int) -> Callable[[int], float]:
+def head_timer(drafter: EagleHeadDrafter, context: int, batch: int = 1) -> Callable[[int], float]:
     """Times one draft forward of an EAGLE-3 head as a step's layer runs it: n drafted nodes, children of
     the root, over `context` committed pairs of random tokens and features (the kernel's head step where it
-    runs the head): what δ counts and c prices."""
+    runs the head): what δ counts and c prices. At `batch` B > 1, B sessions' layers of n nodes each in one
+    call, as engine/batch.py runs a batch's draft forwards (`HeadForward.run_together`)."""
     head = drafter.head
     vocab = int(head.vocab_size)
-    features = 0.1 * torch.randn(context, head.fc.in_features, dtype=drafter.dtype, device=drafter.device)
-    drafter.start(torch.randint(0, vocab, (context + 1,)).tolist(), features)  # [C] features: all but the root's
-    drafter.frontier_draft_logits(DraftTree.with_root(0), [0])  # the context's pairs join the head's cache
+    sessions = [drafter.session() for _ in range(batch)]
+    for session in sessions:
+        features = 0.1 * torch.randn(context, head.fc.in_features, dtype=session.dtype, device=session.device)
+        session.start(torch.randint(0, vocab, (context + 1,)).tolist(), features)  # [C] features: all but the root's
+        session.frontier_draft_logits(DraftTree.with_root(0), [0])  # the context's pairs join the head's cache
 
     def time_n(n: int) -> float:
-        tree = DraftTree.with_root(0)
-        nodes = [tree.add(0, token, 0.1, 0.1) for token in torch.randint(0, vocab, (n,)).tolist()]
-        drafter.discard_tree()
-        drafter.frontier_draft_logits(tree, [0])  # the root pair, as every step's first layer runs it
+        forwards = []
+        for session in sessions:
+            tree = DraftTree.with_root(0)
+            nodes = [tree.add(0, token, 0.1, 0.1) for token in torch.randint(0, vocab, (n,)).tolist()]
+            session.discard_tree()
+            session.frontier_draft_logits(tree, [0])  # the root pair, as every step's first layer runs it
+            forwards.append(session.draft_forward(tree, nodes))
         start = clock(drafter.device)
-        drafter.frontier_draft_logits(tree, nodes)
+        run_draft_forwards(forwards)
         return (clock(drafter.device) - start) * 1000
 
     return time_n
@@ -146,17 +153,10 @@ def head_timer(drafter: EagleHeadDrafter, context: int) -> Callable[[int], float
 
 def measure_head(drafter: EagleHeadDrafter, grid: Grid, tick: Callable[[str], None] = lambda _: None
                  ) -> list[list[list[float]]]:
-    """ms[b][c][k] of the head's draft forwards. A batch drafts its requests one after another
-    (engine/batch.py), so batch b's row is b times its request's, measured once per context."""
-    rows = []
-    for context in grid.contexts:
-        row = measure_row(head_timer(drafter.session(), context), grid.ns, grid.repeats, grid.warmup, tick,
-                          f"ctx={context}", grid.statistic)
-        rows.append(row)
-        for batch in grid.batches[1:]:  # derived, not timed: the bar still counts their cells
-            for n in grid.ns:
-                tick(f"B={batch} ctx={context} n={n}")
-    return [[[batch * ms for ms in row] for row in rows] for batch in grid.batches]
+    """ms[b][c][k] of the head's draft forwards: batch b's layer of k nodes per request in one call."""
+    return [[measure_row(head_timer(drafter, context, batch), grid.ns, grid.repeats, grid.warmup, tick,
+                         f"head B={batch} ctx={context}", grid.statistic) for context in grid.contexts]
+            for batch in grid.batches]
 
 
 def batch_timer(lm: Any, context: int, batch: int) -> Callable[[int], float]:

@@ -37,6 +37,28 @@ class Proposal:
     q_dist: torch.Tensor | None = None  # [V] draft distribution at the node; required when sampled
 
 
+class DraftForward(ABC):
+    """A model forward a drafter is about to run for a frontier, handed out before `propose` so that a batch
+    (engine/batch.py) runs several requests' forwards in one call; each stores its own results in its drafter,
+    where `propose` then finds them."""
+
+    key: object  # forwards with equal keys (the same model's weights) can run in one call
+
+    @classmethod
+    @abstractmethod
+    def run_together(cls, forwards: list["DraftForward"]) -> None:
+        """Runs forwards of one key, in as few calls as they fit, each getting what a call of its own gives."""
+
+
+def run_draft_forwards(forwards: list[DraftForward]) -> None:
+    """Runs the forwards, those of one kind and key together."""
+    groups: dict[tuple[type, object], list[DraftForward]] = {}
+    for forward in forwards:
+        groups.setdefault((type(forward), forward.key), []).append(forward)
+    for (kind, _), group in groups.items():
+        kind.run_together(group)
+
+
 class Drafter(ABC):
     name: str
     model_name: str | None = None
@@ -67,6 +89,12 @@ class Drafter(ABC):
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
         """Up to k children for each frontier node (nodes may get none)."""
+
+    def draft_forward(self, tree: DraftTree, frontier: list[int]) -> DraftForward | None:
+        """The model forward `propose` would run for this frontier, to run first, perhaps with other requests'
+        (`run_draft_forwards`); None where there is none to hand out (a model-free drafter, one whose forwards
+        do not batch, or nothing left to run): `propose` then does what it needs itself."""
+        return None
 
     def free_proposals(self, tree: DraftTree, frontier: list[int], k: int) -> list[Proposal]:
         """Children that cost no model forward and that the drafter vouches for following (the

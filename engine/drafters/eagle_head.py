@@ -13,6 +13,12 @@ features (their tree pairs used predicted states); they wait as pending pairs
 and run in the same forward as the next root, so a step costs one head
 forward per draft layer and none extra.
 
+Each forward is first handed out as a `HeadForward` (`draft_forward`), so a
+batch (engine/batch.py) runs the forwards of several requests' heads in one
+kernel call (`HeadForward.run_together`: the head's weights read once for them
+all, each request's pairs attending over its own cache, each getting the bits of
+a call of its own); a request alone runs its own.
+
 The head's keys and values live in one static cache [2, kv, capacity, d]:
 the committed pairs first, then this step's tree nodes in run order, written in
 place. In bfloat16 on a CPU that runs the native kernel a draft forward is one
@@ -23,12 +29,15 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from engine.drafters.base import Drafter, Proposal
+from engine.drafters.base import DraftForward, Drafter, Proposal
 from engine.models import native
+from engine.models.device import clock
 from engine.models.fastlm import forward_choice
 from engine.models.head import Eagle3Head, default_feature_layers, load_head
 from engine.sampling import SamplingParams, draw_without_replacement, probs_from_logits
@@ -95,6 +104,7 @@ class EagleHeadDrafter(Drafter):
         self.node_state: dict[int, torch.Tensor] = {}  # node -> output state [H]
         self.node_logits: dict[int, torch.Tensor] = {}  # node -> [Vd] draft-vocabulary logits
         self.node_lse: dict[int, float] = {}  # node -> log Σ exp(logits), once a greedy proposal needed it
+        self.last_ran: tuple[list[int], torch.Tensor | None] = ([], None)  # the last forward's nodes, logits
 
     @property
     def cache_len(self) -> int:
@@ -156,15 +166,22 @@ class EagleHeadDrafter(Drafter):
         """[N, Vd] draft-vocabulary logits of the head at each frontier node (computed once per node): the
         kernel's bfloat16 as it wrote them, else float32."""
         missing = [n for n in frontier if n not in self.node_logits]
-        ran = None
         if 0 in missing:
-            ran = self._run_root(tree)
+            self._root_forward(tree).run()
             missing.remove(0)
         if missing:
-            ran = self._run_nodes(tree, missing)
-        if ran is not None and len(ran) == len(frontier):  # the usual layer: one forward ran the whole frontier,
-            return ran  # in its order, so its logits are the answer as they stand (no copy of N × Vd)
+            self._nodes_forward(tree, missing).run()
+        nodes, logits = self.last_ran
+        if nodes == frontier:  # the usual layer: one forward ran the whole frontier, in its order, so its logits
+            return logits  # are the answer as they stand (no copy of N × Vd)
         return torch.stack([self.node_logits[n] for n in frontier])
+
+    def draft_forward(self, tree: DraftTree, frontier: list[int]) -> "HeadForward | None":
+        """The one forward this frontier needs (the root's, or the new nodes'), or None: none, or two."""
+        missing = [n for n in frontier if n not in self.node_logits]
+        if missing == [0]:
+            return self._root_forward(tree)
+        return self._nodes_forward(tree, missing) if missing and 0 not in missing else None
 
     def prob(self, node: int, token: int) -> float:
         """q(token | node) after a greedy proposal at `node`; 0 outside the draft vocabulary."""
@@ -179,8 +196,7 @@ class EagleHeadDrafter(Drafter):
         the state is their fusion, inside the forward. Returns the output states [N, H] and the logits."""
         start, n = self.length + self.ran, len(tokens)
         self._room(start + n)
-        if masked is None and n > 1:
-            masked = torch.ones(n, n, dtype=torch.bool).tril()
+        masked = _causal(masked, n)
         with self.meter.timed():
             if features is not None:
                 state = self.head.fuse(features)  # [N, H]
@@ -207,36 +223,37 @@ class EagleHeadDrafter(Drafter):
         self.kv[1, :, start:start + n] = v[0]
         return out[0], self.head.draft_logits(out[0, first_logit:])
 
-    def _run_root(self, tree: DraftTree) -> torch.Tensor:
-        """The pending context pairs and the root pair in one causal forward; the pending pairs join the
-        cache and the root becomes node 0, the tree's first column. Returns the root's logits [1, Vd]."""
+    def _root_forward(self, tree: DraftTree) -> "HeadForward":
+        """The pending context pairs and the root pair in one causal forward; once it has run, the pending
+        pairs have joined the cache and the root is node 0, the tree's first column, with its logits [1, Vd]."""
         self.discard_tree()
         tokens = self.pending_tokens + [tree.token[0]]
         features = torch.stack(self.pending_features + [self.root_feature]).to(self.device)  # [M + 1, F]
         positions = list(range(self.length, self.length + len(tokens)))
-        out, logits = self._timed_step(tokens, None, positions, None, len(tokens) - 1, features=features)
-        self.length += len(tokens) - 1
-        self.pending_tokens, self.pending_features = [], []
-        self._store([0], [[]], out[-1:], logits)
-        return logits
 
-    def _run_nodes(self, tree: DraftTree, nodes: list[int]) -> torch.Tensor:
+        def store(out: torch.Tensor, logits: torch.Tensor) -> None:
+            self.length += len(tokens) - 1
+            self.pending_tokens, self.pending_features = [], []
+            self._store([0], [[]], out[-1:], logits)
+        return HeadForward(self, tokens, None, positions, None, len(tokens) - 1, features, store)
+
+    def _nodes_forward(self, tree: DraftTree, nodes: list[int]) -> "HeadForward":
         """Drafted nodes: each pairs its token with its parent's output state, attending to the committed
-        cache, its ancestors and itself (the columns of this step's tree: ran before, N new). Returns their
-        logits [N, Vd]."""
+        cache, its ancestors and itself (the columns of this step's tree: ran before, N new); once run, their
+        logits [N, Vd] are stored."""
         ran = self.ran
         above = [self.ancestry[tree.parent[n]] for n in nodes]  # each node's ancestors' columns
         masked = _ancestry_mask(above, ran)  # [N, D + N] over the tree's columns
         state = torch.stack([self.node_state[tree.parent[n]] for n in nodes])  # [N, H]
         positions = [self.length + tree.depth[n] for n in nodes]  # the root pair sits at column `length`
-        out, logits = self._timed_step([tree.token[n] for n in nodes], state, positions, masked, 0)
-        self._store(nodes, above, out, logits)
-        return logits
+        return HeadForward(self, [tree.token[n] for n in nodes], state, positions, masked, 0, None,
+                           lambda out, logits: self._store(nodes, above, out, logits))
 
     def _store(self, nodes: list[int], above: list[list[int]], states: torch.Tensor, logits: torch.Tensor) -> None:
         """Records the nodes just run (their keys are the cache's next columns): states [N, H], logits [N, Vd]."""
         first = self.ran
         self.ran += len(nodes)
+        self.last_ran = (nodes, logits)
         rows = zip(states.unbind(0), logits.unbind(0))  # every row's view in one op each, not two ops a node
         for i, (node, (state, row)) in enumerate(zip(nodes, rows)):
             self.slot[node] = first + i
@@ -266,6 +283,80 @@ class EagleHeadDrafter(Drafter):
             self.pending_features.append(features[j - 1])
         self.root_feature = features[-1]
         self.discard_tree()
+
+
+@dataclass(eq=False)
+class HeadForward(DraftForward):
+    """One draft forward of an EAGLE-3 head, planned: N new pairs to write from its drafter's column
+    length + ran on (`EagleHeadDrafter._timed_step`'s arguments) and what the drafter does with the output."""
+
+    drafter: EagleHeadDrafter
+    tokens: list[int]
+    state: torch.Tensor | None  # [N, H], or None where `features` [N, F] give it (fused inside the forward)
+    positions: list[int]
+    masked: torch.Tensor | None
+    first_logit: int
+    features: torch.Tensor | None
+    store: Callable[[torch.Tensor, torch.Tensor], None]  # (output states [N, H], logits) -> None
+
+    @property
+    def key(self) -> int:
+        return id(self.drafter.head)  # sessions of one head share its modules
+
+    def run(self) -> None:
+        """The forward alone, as the drafter's own call."""
+        self.store(*self.drafter._timed_step(self.tokens, self.state, self.positions, self.masked, self.first_logit,
+                                             self.features))
+
+    @classmethod
+    def run_together(cls, forwards: list["HeadForward"]) -> None:
+        """Through the kernel, as few calls as `max_tokens` pairs a call allow; each drafter's meter counts a
+        forward of the call's time. Without the kernel, one by one."""
+        kernel = forwards[0].drafter.native
+        if kernel is None or len(forwards) == 1:
+            for forward in forwards:
+                forward.run()
+            return
+        chunk: list[HeadForward] = []
+        for forward in forwards:
+            if sum(len(f.tokens) for f in chunk) + len(forward.tokens) > kernel.max_tokens and chunk:
+                cls._run_call(kernel, chunk)
+                chunk = []
+            chunk.append(forward)
+        if len(chunk) == 1:  # alone, or more pairs than a call takes: the drafter's own call splits them
+            chunk[0].run()
+        else:
+            cls._run_call(kernel, chunk)
+
+    @staticmethod
+    def _run_call(kernel: native.NativeHead, forwards: list["HeadForward"]) -> None:
+        """Forwards of several drafters (at most `max_tokens` pairs) in one `head_step_batch`."""
+        head, device = forwards[0].drafter.head, forwards[0].drafter.device
+        began = clock(device)
+        fused = [f for f in forwards if f.features is not None]
+        states = dict(zip(fused, head.fuse(torch.cat([f.features for f in fused])).split(
+            [len(f.tokens) for f in fused]))) if fused else {}  # [N, H] each: one product for every root
+        steps = []
+        for forward in forwards:
+            drafter, n = forward.drafter, len(forward.tokens)
+            start = drafter.length + drafter.ran
+            drafter._room(start + n)
+            state = states[forward] if forward.features is not None else forward.state
+            steps.append((head.embed(torch.tensor(forward.tokens, device=device)), state,
+                          torch.tensor(forward.positions, device=device), drafter.kv, start,
+                          _causal(forward.masked, n), forward.first_logit))
+        results = kernel.batch(steps)
+        ms = (clock(device) - began) * 1000
+        for forward, (out, logits) in zip(forwards, results):
+            forward.drafter.meter.record(ms)
+            forward.store(out, logits)
+
+
+def _causal(masked: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    """A step's mask over its new columns: as given, else causal among the n new pairs (None for one)."""
+    if masked is None and n > 1:
+        return torch.ones(n, n, dtype=torch.bool).tril()
+    return masked
 
 
 def _ancestry_mask(above: list[list[int]], ran: int) -> torch.Tensor:

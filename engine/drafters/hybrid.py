@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from engine.drafters.base import Drafter, Proposal
-from engine.drafters.eagle_head import EagleHeadDrafter
+from engine.drafters.eagle_head import EagleHeadDrafter, HeadForward
 from engine.drafters.memory import SuffixMemory
 from engine.drafters.suffix import SuffixDrafter
 from engine.sampling import SamplingParams
@@ -47,6 +47,7 @@ class HybridDrafter(Drafter):
         self.match_children = match_children
         self.copy_q = copy_q
         self._modelled: set[int] = set()  # nodes the head ran this step: only their children can run it
+        self._planned: tuple | None = None  # (tree, its size, frontier, matches, nodes the head runs at)
 
     def session(self) -> "HybridDrafter":
         return HybridDrafter(self.head.session(), self.suffix.session(), self.match_children, self.copy_q)
@@ -59,12 +60,27 @@ class HybridDrafter(Drafter):
         self.suffix.start(context)
         self._modelled = set()
 
+    def draft_forward(self, tree: DraftTree, frontier: list[int]) -> HeadForward | None:
+        _, modelled = self._plan(tree, frontier)
+        return self.head.draft_forward(tree, modelled) if modelled else None
+
+    def _plan(self, tree: DraftTree, frontier: list[int]) -> tuple[dict[int, Proposal], list[int]]:
+        """The frontier's matches and the nodes the head runs at; `draft_forward` plans what `propose` then
+        does, so it is planned once (the matches are the suffix drafter's greedy ones: no draw)."""
+        planned = self._planned
+        if planned is not None and planned[0] is tree and planned[1] == len(tree) and planned[2] == frontier:
+            return planned[3], planned[4]
+        matches = {p.node: p for p in self.suffix.propose(tree, frontier, self.match_children, False,
+                                                          SamplingParams(), None)}
+        modelled = [node for node in frontier if self._runs_head(tree, node, matches.get(node))]
+        self._planned = (tree, len(tree), list(frontier), matches, modelled)
+        return matches, modelled
+
     @torch.inference_mode()
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
-        matches = {p.node: p for p in self.suffix.propose(tree, frontier, self.match_children, False, sampling,
-                                                          generator)}
-        modelled = [node for node in frontier if self._runs_head(tree, node, matches.get(node))]
+        matches, modelled = self._plan(tree, frontier)
+        self._planned = None
         heads = {p.node: p for p in self.head.propose(tree, modelled, k, sample, sampling, generator)} \
             if modelled else {}
         self._modelled.update(modelled)

@@ -177,6 +177,9 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.native_sequence_struct_size.restype = None
     library.head_step.argtypes = [ctypes.POINTER(HeadStep)]
     library.head_step.restype = ctypes.c_int
+    library.head_step_batch.argtypes = [ctypes.POINTER(HeadStep), ctypes.POINTER(Sequence), ctypes.c_int,
+                                        ctypes.c_void_p]
+    library.head_step_batch.restype = ctypes.c_int
     library.native_head_struct_size.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     library.native_head_struct_size.restype = None
     library.top_k_lse.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
@@ -586,28 +589,70 @@ class NativeHead:
     def _step(self, embeds: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
               start: int, mask: torch.Tensor | None, first_logit: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One call of the kernel's head step (`__call__`'s arguments), at most `max_tokens` pairs."""
-        if self._version != self._versions():
-            self._bind()
         n, capacity = embeds.shape[0], kv.shape[2]
         cos, sin_signed = self._rope(capacity)
-        scratch = self._scratch(n)
-        out = torch.empty(n, self.dims.hidden, dtype=torch.bfloat16)  # kept by the drafter: a tensor of its own
-        # Written in place of a reused buffer: a fresh tensor costs an allocation, a reused one a copy of every row.
-        logits = torch.empty(n - first_logit, self.dims.vocab, dtype=torch.bfloat16)
         mask = None if mask is None else mask.to(torch.uint8).contiguous()
         positions = positions.to(torch.int64).contiguous()
-        embeds, state = embeds.to(torch.bfloat16).contiguous(), state.to(torch.bfloat16).contiguous()
-        call = HeadStep(ctypes.pointer(self.dims), n, start, capacity, 0 if mask is None else mask.shape[1],
-                        team_size(), first_logit, int(self.head.norm_before_residual),
-                        _address(positions), _address(cos), _address(sin_signed), _address(kv), _address(mask),
-                        ctypes.addressof(self.layer), _address(self.norms[1]), _address(self.norms[3]),
-                        _address(self.weights["lm_head"]), _address(self.tiles.get("lm_head")),
-                        _address(self.pairs.get("lm_head")), _address(embeds), _address(state),
-                        scratch[0].data_ptr(), out.data_ptr(), *(t.data_ptr() for t in scratch[1:]), logits.data_ptr())
+        call, out, logits, _kept = self._call(embeds, state, n - first_logit)
+        call.start, call.capacity, call.masked_columns = start, capacity, 0 if mask is None else mask.shape[1]
+        call.first_logit = first_logit
+        call.positions, call.cos, call.sin_signed = _address(positions), _address(cos), _address(sin_signed)
+        call.kv, call.mask = _address(kv), _address(mask)
         code = self.library.head_step(ctypes.byref(call))
         if code:
             raise refused(code, "head step")
         return out, logits
+
+    def batch(self, steps: list[tuple]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Several drafts' steps in one call (`head_step_batch`), each step `_step`'s arguments as a tuple
+        (embeds, state, positions, kv, start, mask, first_logit), at most `max_tokens` pairs in all: the weights
+        are read once for them all, and each step gets the bits of a call of its own. Returns each step's
+        output states and logits, as `_step` does."""
+        kept = []  # the tensors the C structs point into, alive until the call returns
+        seqs = (Sequence * len(steps))()
+        first_logits = torch.tensor([step[6] for step in steps], dtype=torch.int32)
+        cos, sin_signed = self._rope(max(step[3].shape[2] for step in steps))  # rows enough for every cache
+        for slot, (_, _, positions, kv, start, mask, _) in zip(seqs, steps):
+            positions = positions.to(torch.int64).contiguous()
+            mask = None if mask is None else mask.to(torch.uint8).contiguous()
+            kept += [positions, mask]
+            slot.n, slot.start, slot.capacity = positions.shape[0], start, kv.shape[2]
+            slot.masked_columns = 0 if mask is None else mask.shape[1]
+            slot.positions, slot.cos, slot.sin_signed = _address(positions), _address(cos), _address(sin_signed)
+            slot.kv, slot.mask = _address(kv), _address(mask)
+        embeds = torch.cat([step[0] for step in steps])  # [ΣN, H]
+        state = torch.cat([step[1] for step in steps])
+        rows = [step[0].shape[0] for step in steps]
+        asked = [n - step[6] for n, step in zip(rows, steps)]
+        call, out, logits, _kept = self._call(embeds, state, sum(asked))
+        code = self.library.head_step_batch(ctypes.byref(call), seqs, len(steps), first_logits.data_ptr())
+        if code:
+            raise refused(code, "head step")
+        return list(zip(out.split(rows), logits.split(asked)))
+
+    def _call(self, embeds: torch.Tensor, state: torch.Tensor, asked: int
+              ) -> tuple[HeadStep, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """The HeadStep of N pairs with `asked` rows of logits: weights, scratch, inputs and outputs filled (the
+        sequence's fields are the caller's), the outputs [N, H] and [asked, Vd] (tensors of their own: the drafter
+        keeps them row by row), and the inputs made contiguous, which the caller keeps alive through the call."""
+        if self._version != self._versions():
+            self._bind()
+        n = embeds.shape[0]
+        scratch = self._scratch(n)
+        out = torch.empty(n, self.dims.hidden, dtype=torch.bfloat16)
+        # Written in place of a reused buffer: a fresh tensor costs an allocation, a reused one a copy of every row.
+        logits = torch.empty(asked, self.dims.vocab, dtype=torch.bfloat16)
+        embeds, state = embeds.to(torch.bfloat16).contiguous(), state.to(torch.bfloat16).contiguous()
+        call = HeadStep(dims=ctypes.pointer(self.dims), n=n, threads=team_size(),
+                        norm_before_residual=int(self.head.norm_before_residual), layer=ctypes.addressof(self.layer),
+                        hidden_norm=_address(self.norms[1]), final_norm=_address(self.norms[3]),
+                        lm_head=_address(self.weights["lm_head"]), lm_head_tiles=_address(self.tiles.get("lm_head")),
+                        lm_head_pairs=_address(self.pairs.get("lm_head")), embeds=_address(embeds),
+                        state=_address(state), attn_in=scratch[0].data_ptr(), x=out.data_ptr(),
+                        **{name: t.data_ptr() for name, t in zip(("normed", "qkv", "heads_out", "projected",
+                                                                   "gate_up", "mlp"), scratch[1:])},
+                        logits=logits.data_ptr())
+        return call, out, logits, [embeds, state]
 
     def _scratch(self, n: int) -> list[torch.Tensor]:
         """The step's scratch for n pairs (attention input, normed, qkv, heads' outputs, projected, gate/up,

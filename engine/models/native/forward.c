@@ -1202,25 +1202,31 @@ typedef struct {
 
 void native_head_struct_size(int64_t *size) { *size = sizeof(HeadStep); }
 
-int head_step(const HeadStep *s) {
+/* Several drafts' head steps in one call, as `forward_batch` is for the target: sequence i's rows of
+ * embeds, state, x are the next seqs[i].n after those before it, each attends over its own cache, and its
+ * logits are those of its rows first_logits[i] … n_i − 1, after the rows of the sequences before it. s's own
+ * per-sequence fields (start, capacity, positions, cos, sin, kv, mask, first_logit) are not read; s->n is
+ * every sequence's rows together. No output depends on the rows beside it, so each sequence gets the bits of
+ * a call of its own. */
+int head_step_batch(const HeadStep *s, const Sequence *seqs, int count, const int32_t *first_logits) {
     const Dims *D = s->dims;
     const int n = s->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
-    const Forward as_forward = {.dims = D, .n = n, .start = s->start, .capacity = s->capacity,
-                                .masked_columns = s->masked_columns, .positions = s->positions, .cos = s->cos,
-                                .sin_signed = s->sin_signed, .kv = s->kv, .mask = s->mask, .layers = s->layer,
-                                .lm_head_tiles = s->lm_head_tiles, .lm_head_pairs = s->lm_head_pairs};
-    const Sequence only = sequence_of(&as_forward);
-    const int refused = check_batch(&as_forward, &only, 1);
+    const Forward as_forward = {.dims = D, .n = n, .layers = s->layer, .lm_head_tiles = s->lm_head_tiles,
+                                .lm_head_pairs = s->lm_head_pairs};
+    const int refused = check_batch(&as_forward, seqs, count);
     if (refused) return refused;
+    for (int i = 0; i < count; i++)
+        if (first_logits[i] < 0 || first_logits[i] >= seqs[i].n) return NATIVE_BAD_DIMS;
     Layout layout;
-    lay_out(&only, 1, g, h / g, &layout);
-    if (s->first_logit < 0 || s->first_logit >= n) return NATIVE_BAD_DIMS;
+    lay_out(seqs, count, g, h / g, &layout);
     int widest = 2 * H > I ? 2 * H : I;
     if (h * d > widest) widest = h * d;
     uint32_t *packed;
     float *all_scores;
-    if (team_scratch(widest, s->start + n, s->threads, &packed, &all_scores)) return NATIVE_NO_MEMORY;
+    if (team_scratch(widest, layout.columns, s->threads, &packed, &all_scores)) return NATIVE_NO_MEMORY;
     Clock clock = {NULL, 0};
+    int rows = 0; /* the rows whose logits are asked, every sequence's together */
+    for (int i = 0; i < count; i++) rows += seqs[i].n - first_logits[i];
 #pragma omp parallel num_threads(s->threads)
     {
 #ifdef __AMX_BF16__
@@ -1236,15 +1242,21 @@ int head_step(const HeadStep *s) {
             }
             if (!s->norm_before_residual) memcpy(s->x, s->state, (size_t)n * H * sizeof(bf16));
         }
-        LayerCall call = {.n = n, .layer = 0, .in_width = 2 * H, .seqs = &only, .layout = &layout,
+        LayerCall call = {.n = n, .layer = 0, .in_width = 2 * H, .seqs = seqs, .layout = &layout,
                           .attn_in = s->attn_in, .x = s->x, .normed = s->normed, .qkv = s->qkv,
                           .heads_out = s->heads_out, .projected = s->projected, .gate_up = s->gate_up,
                           .mlp = s->mlp, .packed = packed,
-                          .scores = all_scores + (size_t)16 * up16(s->start + n) * omp_get_thread_num()};
+                          .scores = all_scores + (size_t)16 * up16(layout.columns) * omp_get_thread_num()};
         decoder_layer(D, s->layer, &call, &clock);
-        const int rows = n - s->first_logit;
 #pragma omp single
-        rms_norm(s->x + (size_t)s->first_logit * H, rows, H, s->final_norm, D->eps, s->normed);
+        { /* the asked rows' final norms, side by side in `normed` (one output product for them all) */
+            bf16 *out = s->normed;
+            for (int i = 0; i < count; i++) {
+                const int first = layout.first_row[i] + first_logits[i], asked = seqs[i].n - first_logits[i];
+                rms_norm(s->x + (size_t)first * H, asked, H, s->final_norm, D->eps, out);
+                out += (size_t)asked * H;
+            }
+        }
         matmul(s->normed, rows, H, s->lm_head, s->lm_head_tiles, s->lm_head_pairs, D->vocab, s->logits, packed);
 #ifdef __AMX_BF16__
         if (packed) _tile_release();
@@ -1253,6 +1265,16 @@ int head_step(const HeadStep *s) {
     free(packed);
     free(all_scores);
     return NATIVE_OK;
+}
+
+/* One draft's head step: the batch of one. */
+int head_step(const HeadStep *s) {
+    const Forward as_forward = {.n = s->n, .start = s->start, .capacity = s->capacity,
+                                .masked_columns = s->masked_columns, .positions = s->positions, .cos = s->cos,
+                                .sin_signed = s->sin_signed, .kv = s->kv, .mask = s->mask};
+    const Sequence only = sequence_of(&as_forward);
+    const int32_t first_logit = s->first_logit;
+    return head_step_batch(s, &only, 1, &first_logit);
 }
 
 /* ------------------------------------------------------------------ what a drafter reads of its logits */
