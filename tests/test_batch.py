@@ -303,7 +303,7 @@ def test_a_batch_drafts_its_heads_layers_in_one_call_each_and_every_tree_is_the_
     """SmolLM2-135M in bfloat16 where the kernel runs: the requests' trees grow a layer at a time together and
     each layer's head forwards run in one kernel call (engine/batch.py's drafting), yet every step drafts the
     tree it drafts alone (the same size, depth and width, the same drafts accepted) and every output is the
-    run's alone."""
+    run's alone, a sampled run's draws included."""
     if not cpu_has_the_kernel():
         pytest.skip(f"the native kernel does not run here: {kernel_unavailable()}")
     from engine.events import StepMetrics
@@ -312,10 +312,12 @@ def test_a_batch_drafts_its_heads_layers_in_one_call_each_and_every_tree_is_the_
     from engine.options import EngineOptions
 
     smol = load_engine(EngineOptions(dtype="bfloat16"))
-    prompts = ["Write a haiku about trees", "Count from one to twenty.", "Name three rivers."]
-    chosen = [GenerationRequest(prompt=prompt, policy=policy, drafter=drafter, max_new_tokens=24)
-              for prompt, (policy, drafter) in zip(prompts, [("eagle", "hybrid"), ("talon", "head"),
-                                                             ("talon", "hybrid")])]  # trees of fixed rules
+    prompts = ["Write a haiku about trees", "Count from one to twenty.", "Name three rivers.", "Say hello."]
+    chosen = [GenerationRequest(prompt=prompt, policy=policy, drafter=drafter, max_new_tokens=24,
+                                temperature=temperature, seed=3)
+              for prompt, (policy, drafter, temperature) in zip(prompts, [  # trees of fixed rules
+                  ("eagle", "hybrid", 0.0), ("talon", "head", 0.0), ("talon", "hybrid", 0.0),
+                  ("eagle", "hybrid", 0.8)])]  # sampled: the same draws as alone
 
     def shapes(steps: list) -> list[tuple]:
         return [(s.tree_size, s.depth, s.width, s.accepted, s.draft_forwards) for s in steps]
@@ -326,7 +328,7 @@ def test_a_batch_drafts_its_heads_layers_in_one_call_each_and_every_tree_is_the_
     calls = []
     batch_call = NativeHead.batch
     monkeypatch.setattr(NativeHead, "batch", lambda self, steps: calls.append(len(steps)) or batch_call(self, steps))
-    batch = Batch(smol, max_batch=3)
+    batch = Batch(smol, max_batch=4)
     batched_steps = [[] for _ in chosen]
     tickets = [batch.submit(request, detail=False, memory=None,
                             emit=lambda e, kept=kept: kept.append(e) if isinstance(e, StepMetrics) else None)
@@ -334,5 +336,5 @@ def test_a_batch_drafts_its_heads_layers_in_one_call_each_and_every_tree_is_the_
     batch.run()
     assert [ticket.outcome(0).tokens for ticket in tickets] == alone
     assert [shapes(steps) for steps in batched_steps] == [shapes(steps) for steps in alone_steps]
-    assert calls and max(calls) == 3  # every request's forward of a layer in one call while all three grow
-    assert all(step.shared == 3 for step in batched_steps[0][:3])
+    assert calls and max(calls) == 4  # every request's forward of a layer in one call while all four grow
+    assert all(step.shared == 4 for step in batched_steps[0][:3])
