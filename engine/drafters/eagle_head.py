@@ -317,16 +317,19 @@ class HeadForward(DraftForward):
             for forward in forwards:
                 forward.run()
             return
-        chunk: list[HeadForward] = []
+        chunks: list[list[HeadForward]] = [[]]
+        pairs = 0
         for forward in forwards:
-            if sum(len(f.tokens) for f in chunk) + len(forward.tokens) > kernel.max_tokens and chunk:
+            if chunks[-1] and pairs + len(forward.tokens) > kernel.max_tokens:
+                chunks.append([])
+                pairs = 0
+            chunks[-1].append(forward)
+            pairs += len(forward.tokens)
+        for chunk in chunks:
+            if len(chunk) == 1:  # alone, or more pairs than a call takes: the drafter's own call splits them
+                chunk[0].run()
+            else:
                 cls._run_call(kernel, chunk)
-                chunk = []
-            chunk.append(forward)
-        if len(chunk) == 1:  # alone, or more pairs than a call takes: the drafter's own call splits them
-            chunk[0].run()
-        else:
-            cls._run_call(kernel, chunk)
 
     @staticmethod
     def _run_call(kernel: native.NativeHead, forwards: list["HeadForward"]) -> None:
