@@ -526,6 +526,49 @@ def test_heads_of_several_requests_drafting_in_one_call_get_the_bits_of_their_ow
 
 
 @needs_kernel
+def test_a_head_forward_handed_out_before_propose_runs_as_propose_runs_it(kernel_path):
+    """`draft_forward` hands the root's forward out before `propose`, outside its inference mode: run alone or
+    with another's, it still runs without autograd (the fusion through the kernel's linear, not torch's) and
+    gives the logits `propose` gets when it runs the same forward itself."""
+    from engine.drafters.base import run_draft_forwards
+    from engine.drafters.eagle_head import EagleHeadDrafter
+    from engine.sampling import SamplingParams
+    from engine.tree import DraftTree
+    from test_hybrid import random_head
+
+    target = tiny_llama(seed=2, hidden=HIDDEN, layers=3, dtype=torch.bfloat16)
+    head = random_head(target, dtype=torch.bfloat16)
+    modes = []
+    fuse = head.fuse
+    head.fuse = lambda features: modes.append(torch.is_inference_mode_enabled()) or fuse(features)
+    features = torch.randn(11, 3 * HIDDEN, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+
+    def root_logits(how: str) -> list[torch.Tensor]:
+        drafters = [EagleHeadDrafter(head, num_target_layers=3) for _ in range(2)]
+        trees = [DraftTree.with_root(9), DraftTree.with_root(9)]
+        for drafter in drafters:
+            drafter.start(list(range(1, 13)), features)
+        if how == "propose":
+            for drafter, tree in zip(drafters, trees):
+                drafter.propose(tree, [0], 2, False, SamplingParams(), None)
+        elif how == "alone":
+            for drafter, tree in zip(drafters, trees):
+                drafter.draft_forward(tree, [0]).run()
+        else:
+            run_draft_forwards([d.draft_forward(t, [0]) for d, t in zip(drafters, trees)])
+        return [d.node_logits[0] for d in drafters]
+
+    proposed = root_logits("propose")
+    assert modes == [True, True]
+    for how in ("alone", "together"):
+        modes.clear()
+        got = root_logits(how)
+        assert modes and all(modes), how
+        for one, other in zip(proposed, got):
+            assert torch.equal(one, other), how
+
+
+@needs_kernel
 @pytest.mark.parametrize("vocab, k", [(12288, 10), (200, 3), (49, 64 - 15), (4096, 64)])
 def test_the_kernels_top_k_and_log_sum_exp_are_torchs_on_bfloat16_rows(vocab, k):
     """A drafter's read of its logits in one C call (native.top_k_lse): the same values as torch.topk over the

@@ -303,7 +303,8 @@ class HeadForward(DraftForward):
     def key(self) -> int:
         return id(self.drafter.head)  # sessions of one head share its modules
 
-    def run(self) -> None:
+    @torch.inference_mode()  # handed out before `propose`, so outside its mode: without it the fusion takes
+    def run(self) -> None:  # autograd's linear, not the kernel's
         """The forward alone, as the drafter's own call."""
         self.store(*self.drafter._timed_step(self.tokens, self.state, self.positions, self.masked, self.first_logit,
                                              self.features))
@@ -332,6 +333,7 @@ class HeadForward(DraftForward):
                 cls._run_call(kernel, chunk)
 
     @staticmethod
+    @torch.inference_mode()
     def _run_call(kernel: native.NativeHead, forwards: list["HeadForward"]) -> None:
         """Forwards of several drafters (at most `max_tokens` pairs) in one `head_step_batch`."""
         head, device = forwards[0].drafter.head, forwards[0].drafter.device
