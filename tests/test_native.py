@@ -526,6 +526,37 @@ def test_heads_of_several_requests_drafting_in_one_call_get_the_bits_of_their_ow
 
 
 @needs_kernel
+def test_head_sessions_share_the_bound_weights_not_the_scratch_and_rebind_when_a_weight_changes():
+    """A request's session of the head reads the copies of the weights its head made once (a request's first
+    step used to copy them again), has scratch of its own, and drafts the bits a head of its own drafts; a
+    weight changed in place (a head trained, then drafted with) is copied again, by each session."""
+    from engine.drafters.eagle_head import EagleHeadDrafter
+    from engine.tree import DraftTree
+    from test_hybrid import random_head
+
+    target = tiny_llama(seed=2, hidden=HIDDEN, layers=3, dtype=torch.bfloat16)
+    head = random_head(target, dtype=torch.bfloat16)
+    features = torch.randn(11, 3 * HIDDEN, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    base = EagleHeadDrafter(head, num_target_layers=3)
+    first, second = base.session(), base.session()
+
+    def root_logits(drafter: EagleHeadDrafter) -> torch.Tensor:
+        drafter.start(list(range(1, 13)), features)
+        drafter.draft_forward(DraftTree.with_root(9), [0]).run()
+        return drafter.node_logits[0]
+
+    alone = root_logits(EagleHeadDrafter(head, num_target_layers=3))
+    assert torch.equal(root_logits(first), alone) and torch.equal(root_logits(second), alone)
+    assert first.native.weights["qkv"] is second.native.weights["qkv"] is base.native.weights["qkv"]
+    assert first.native._buffers and first.native._buffers is not second.native._buffers
+    with torch.no_grad():
+        head.midlayer.self_attn.q_proj.weight.mul_(2)
+    changed = root_logits(EagleHeadDrafter(head, num_target_layers=3))
+    assert not torch.equal(changed, alone)
+    assert torch.equal(root_logits(first), changed) and torch.equal(root_logits(second), changed)
+
+
+@needs_kernel
 def test_a_head_forward_handed_out_before_propose_runs_as_propose_runs_it(kernel_path):
     """`draft_forward` hands the root's forward out before `propose`, outside its inference mode: run alone or
     with another's, it still runs without autograd (the fusion through the kernel's linear, not torch's) and

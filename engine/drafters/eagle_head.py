@@ -74,7 +74,8 @@ class EagleHeadDrafter(Drafter):
         """The same head (its weights shared) with a cache, a meter and kernel scratch of its own."""
         other = copy.copy(self)
         other.meter = ForwardMeter(self.device)
-        other.native = other._bind_native()
+        other.native = self.native.session() if self.native is not None and forward_choice() == "native" \
+            else other._bind_native()
         other._reset_state()
         return other
 

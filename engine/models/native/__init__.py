@@ -23,6 +23,7 @@ one call (`head_step`). Every call returns 0 or a code `REFUSALS` says in words.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import functools
 import hashlib
@@ -554,6 +555,19 @@ class NativeHead:
     def _versions(self) -> tuple:
         return tuple(s.weight._version for s in self._sources) + (self.library.native_amx_active(),)
 
+    def _bound(self) -> None:
+        """The copies of the weights as they are now (made again where a weight changed since)."""
+        if self._version != self._versions():
+            self._bind()
+
+    def session(self) -> "NativeHead":
+        """The same head for another request's drafts: the copies of its weights shared (the kernel only reads
+        them; a request's first step no longer copies them again), scratch of its own."""
+        self._bound()
+        other = copy.copy(self)
+        other._buffers = {}
+        return other
+
     def _rope(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin_signed [capacity, d] from the head's own rotary module, as FastLM makes the target's."""
         if self._tables is None or self._tables[0] < capacity:
@@ -635,8 +649,7 @@ class NativeHead:
         """The HeadStep of N pairs with `asked` rows of logits: weights, scratch, inputs and outputs filled (the
         sequence's fields are the caller's), the outputs [N, H] and [asked, Vd] (tensors of their own: the drafter
         keeps them row by row), and the inputs made contiguous, which the caller keeps alive through the call."""
-        if self._version != self._versions():
-            self._bind()
+        self._bound()
         n = embeds.shape[0]
         scratch = self._scratch(n)
         out = torch.empty(n, self.dims.hidden, dtype=torch.bfloat16)
