@@ -304,8 +304,10 @@ class HeadForward(DraftForward):
     def key(self) -> int:
         return id(self.drafter.head)  # sessions of one head share its modules
 
-    @torch.inference_mode()  # handed out before `propose`, so outside its mode: without it the fusion takes
-    def run(self) -> None:  # autograd's linear, not the kernel's
+    # Handed out before `propose`, so outside its inference mode: without one of its own the fusion would take
+    # autograd's linear, not the kernel's.
+    @torch.inference_mode()
+    def run(self) -> None:
         """The forward alone, as the drafter's own call."""
         self.store(*self.drafter._timed_step(self.tokens, self.state, self.positions, self.masked, self.first_logit,
                                              self.features))
