@@ -59,7 +59,8 @@ def pool_from(tree: DraftTree, proposals: list[Proposal], depth: int, prefix_len
     >>> pool_from(tree, [proposal], depth=2, floor=0.1).token
     [9, 10]
     """
-    pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], prefix_len=prefix_len)
+    pool = Pool(depth=depth, parent=[], token=[], q=[], score=[], source=[], sampled=[], grows_free=[],
+                prefix_len=prefix_len)
     scored = [(proposal, [tree.score[proposal.node] * q for q in proposal.q]) for proposal in proposals]
     threshold = None
     if floor is not None and not any(proposal.sampled for proposal in proposals):
@@ -78,6 +79,7 @@ def pool_from(tree: DraftTree, proposals: list[Proposal], depth: int, prefix_len
         pool.score += scores
         pool.source += [proposal.source] * n
         pool.sampled += [proposal.sampled] * n
+        pool.grows_free += [proposal.grows_free] * n
     return pool
 
 

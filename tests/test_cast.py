@@ -189,6 +189,44 @@ def test_steep_draft_cost_makes_shallower_trees():
     assert len(cheap_widths) > len(dear_widths) >= 1
 
 
+def test_a_copy_that_grows_free_is_drafted_deeper_than_the_same_copy_through_the_model():
+    """Below the root the children are a match's (Proposal.grows_free, as a hybrid's copy off the head's
+    part of the tree): growing them costs σ of bookkeeping, not a head forward, so the copy goes on while its
+    path score pays for that."""
+    table = CostTable.linear(1.6, 42.0, draft_lam=0.2, draft_delta=4.0)
+    copy = [0.97, 0.01]
+
+    def depth_of(grows_free) -> int:
+        cast = make_cast(table, max_depth=32)  # the default C2
+        draft = grow_tree(cast, StubDrafter(lambda node, k: copy[:k], grows_free=grows_free), root=0,
+                          max_depth=1000, prefix_len=300)
+        return draft.tree.max_depth
+
+    through_model = depth_of(lambda tree, node: False)
+    free_below_root = depth_of(lambda tree, node: node != 0)
+    assert free_below_root > through_model + 5, (free_below_root, through_model)
+
+
+def test_sigma_follows_the_drafting_time_outside_model_forwards():
+    """σ, a free node's price, is the request's measured drafting time outside forwards per node grown: a
+    slow drafting loop makes free copies shallower, and a new run starts from the prior again."""
+    table = CostTable.linear(1.6, 42.0, draft_lam=0.05, draft_delta=1.0)
+    cast = make_cast(table, c2=0.44, max_depth=32)
+    drafter = StubDrafter(lambda node, k: [0.97, 0.01][:k], grows_free=lambda tree, node: True)
+    before = grow_tree(cast, drafter, root=0, max_depth=1000, prefix_len=300).tree.max_depth
+    prior = cast.sigma
+    for _ in range(20):
+        draft = grow_tree(cast, drafter, root=0, max_depth=1000, prefix_len=300)
+        cast.finalize(draft.tree)
+        cast.observe(StepOutcome(tree_size=len(draft.tree) - 1, depth=draft.tree.max_depth, accepted=1,
+                                 times=Timings(draft_ms=400.0, draft_forward_ms=0.0, verify_ms=40.0),
+                                 prefix_len=300))
+    after = grow_tree(cast, drafter, root=0, max_depth=1000, prefix_len=300).tree.max_depth
+    assert cast.sigma > 10 * prior and after < before, (cast.sigma, prior, after, before)
+    cast.start_run()
+    assert cast.sigma == prior
+
+
 def test_gain_buffer_learns_across_steps_and_resets_per_run():
     table = CostTable.linear(1.6, 42.0, draft_lam=0.2, draft_delta=4.0)
     cast = make_cast(table, c2=0.44, window=4)

@@ -173,10 +173,12 @@ class StubDrafter(Drafter):
     name = "stub"
 
     def __init__(self, qs_of: Callable[[int, int], list[float]],
-                 token_of: Callable[[int, int], int] = lambda node, rank: 100 * node + rank):
+                 token_of: Callable[[int, int], int] = lambda node, rank: 100 * node + rank,
+                 grows_free: Callable[[DraftTree, int], bool] = lambda tree, node: False):
         super().__init__()
         self.qs_of = qs_of
         self.token_of = token_of
+        self.grows_free = grows_free  # (tree, node) -> whether the children proposed at node grow free
 
     def start(self, context: list[int], features: torch.Tensor | None = None) -> None:
         pass
@@ -189,7 +191,7 @@ class StubDrafter(Drafter):
         for node in frontier:
             qs = self.qs_of(node, k)[:k]
             proposals.append(Proposal(node=node, token=[self.token_of(node, rank) for rank in range(len(qs))],
-                                      q=list(qs), source=self.name))
+                                      q=list(qs), source=self.name, grows_free=self.grows_free(tree, node)))
         return proposals
 
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],

@@ -35,6 +35,10 @@ class Proposal:
     source: str
     sampled: bool = False  # drawn from q_dist without replacement, listed in draw order, rather than chosen
     q_dist: torch.Tensor | None = None  # [V] draft distribution at the node; required when sampled
+    # The children's own children come without a model forward: the drafter keeps no model state below them
+    # (a model-free drafter's, or a hybrid's text match where its head did not run). A cost-aware policy
+    # prices growing them at no forward (engine/policies/cast.py).
+    grows_free: bool = False
 
 
 class DraftForward(ABC):

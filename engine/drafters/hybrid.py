@@ -17,7 +17,9 @@ the match is confident (its best candidate's q ≥ `copy_q`), the head is not ru
 at that node: its children are the match's alone, and the head has no state to
 continue from below it, so the branch stays a copy until the match ends. Deep in a
 verbatim copy a layer then costs no head forward at all (δ does not grow), and the
-copy's path score, not the head's alternatives, decides how deep it is drafted.
+copy's path score, not the head's alternatives, decides how deep it is drafted. Such a
+match's proposals say so (`Proposal.grows_free`, as the suffix drafter's all do), so a
+cost-aware policy prices deepening the copy at its bookkeeping, not at a head forward.
 """
 
 from __future__ import annotations

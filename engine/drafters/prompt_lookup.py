@@ -47,7 +47,7 @@ class PromptLookupDrafter(Drafter):
             total = sum(counts.values())
             best = counts.most_common(k)
             proposals.append(Proposal(node=node, token=[t for t, _ in best], q=[c / total for _, c in best],
-                                      source=self.name))
+                                      source=self.name, grows_free=True))
         return proposals
 
     def commit(self, tree: DraftTree, accepted_path: list[int], emitted: list[int],

@@ -123,7 +123,7 @@ class SuffixDrafter(Drafter):
             total = sum(followers.values())
             trust = self.trust_of(source)(length)
             proposals.append(Proposal(node=node, token=[t for t, _ in best], q=[trust * c / total for _, c in best],
-                                      source=source))
+                                      source=source, grows_free=True))
         return proposals
 
     def free_proposals(self, tree: DraftTree, frontier: list[int], k: int) -> list[Proposal]:

@@ -46,6 +46,7 @@ class Pool:
     score: list[float]  # cumulative path score: score[parent] * q
     source: list[str]
     sampled: list[bool]
+    grows_free: list[bool]  # growing the candidate (drafting its children) takes no model forward
     prefix_len: int = 0  # tokens already in the target's cache (context length)
 
     def __len__(self) -> int:

@@ -63,6 +63,15 @@ calibration (ours, not the paper's) A path score is the draft's confidence, not
         (two pseudo-steps at 1 to start: a cold first step must not swing it).
         κ = ρ = 1 until a step is observed; `calibrate=false` keeps them at 1 and
         `min_verify=0` drops the forced node: then the paper's rules hold as stated.
+free    (ours) A candidate whose children come without a model forward (Proposal.grows_free: a
+        text match off the part of the tree the head ran on, where a hybrid drafter copies;
+        every candidate of a model-free drafter) costs no draft forward to grow, only the
+        drafting's bookkeeping: σ per node, the request's measured drafting time outside
+        model forwards per node grown (a prior of SIGMA_PRIOR t₁ over SIGMA_PRIOR_NODES
+        pseudo-nodes to start). Growing m model and f free nodes costs c(m) + σ·f, in the
+        width, depth and ρ alike; a verbatim copy is then drafted as deep as its path scores
+        pay for, as a chain's free layers are, instead of stopping where a head forward
+        would not pay. Without calibration σ stays at its prior.
 
 The summary gives no values for C1–C3; docs/cast.md records the sweep that chose the defaults.
 Every decision's detail carries the utility, cost, ratio and threshold behind it.
@@ -79,6 +88,9 @@ from pydantic import Field
 from engine.policies.base import (Adjustment, Decision, LayerSelection, Policy, PolicyContext, PolicyParams, Pool,
                                   Rerank, StepOutcome, ancestors_in)
 from engine.tree import DraftTree
+
+SIGMA_PRIOR = 0.02  # t₁ of bookkeeping per free node grown before a step is observed (~0.3 ms on a 2-core CPU)
+SIGMA_PRIOR_NODES = 4  # pseudo-nodes the prior counts as, so one cold step does not swing σ
 
 
 class CastParams(PolicyParams):
@@ -175,6 +187,9 @@ class CastPolicy(Policy):
         self._draft_ms_sum = 0.0
         self._draft_predicted_sum = 0.0
         self._step_draft_predicted = 0.0  # table ms of the draft forwards of the current step
+        self._overhead_t1 = SIGMA_PRIOR * SIGMA_PRIOR_NODES  # Σ drafting outside model forwards, in t₁ …
+        self._grown_nodes = float(SIGMA_PRIOR_NODES)  # … over the nodes grown: σ = their ratio
+        self._step_grown = 0  # nodes grown in the current step
 
     @property
     def cost_batch(self) -> int:
@@ -195,6 +210,22 @@ class CastPolicy(Policy):
         unit = self.unit_ms(context)
         return [self.draft_scale * ms / unit for ms in self.costs.prices(count, context, self.cost_batch, "draft")]
 
+    @property
+    def sigma(self) -> float:
+        """σ: the bookkeeping of growing one free node, in t₁ (see the module's "free")."""
+        return self._overhead_t1 / self._grown_nodes
+
+    def growth_costs(self, ranked_free: list[bool], context: int) -> list[float]:
+        """[cost of growing the first k of the ranked candidates, k = 0 … len]: c(m) + σ·f for the m that need the
+        drafter's model and the f that grow free among them."""
+        prices = self.draft_prices(len(ranked_free) - sum(ranked_free), context)
+        costs, modelled, free = [0.0], 0, 0
+        for grows_free in ranked_free:
+            free += grows_free
+            modelled += not grows_free
+            costs.append(prices[modelled] + self.sigma * free)
+        return costs
+
     def verify_prices(self, count: int, context: int) -> list[float]:
         """[a target forward of m tokens in t₁ for m = 0 … count]."""
         unit = self.unit_ms(context)
@@ -212,6 +243,7 @@ class CastPolicy(Policy):
         if pool.depth == 1:
             self._layer_utility = {}
             self._step_draft_predicted = self.costs.draft_cost(1, context, self.cost_batch)
+            self._step_grown = 1  # the root
         self._prefix_len = pool.prefix_len
         ranked = sorted(range(len(pool)), key=lambda i: (-pool.score[i], i))
         width = self._width(pool, ranked, context)
@@ -219,7 +251,8 @@ class CastPolicy(Policy):
         frontier = ranked[:width.count]
         utility = sum(self.value(pool.score[i]) for i in frontier)
         self._remember_gain(pool.depth, utility)
-        stop = self._depth_stop(pool.depth, utility, width.count, context)
+        free = sum(pool.grows_free[i] for i in frontier)
+        stop = self._depth_stop(pool.depth, utility, width.count, free, context)
         if stop is not None:
             for decision in decisions:
                 decision.expanded = False
@@ -236,7 +269,7 @@ class CastPolicy(Policy):
         utility = [0.0]
         for i in considered:
             utility.append(utility[-1] + self.value(pool.score[i]))
-        cost = self.draft_prices(len(considered), context)
+        cost = self.growth_costs([pool.grows_free[i] for i in considered], context)
         return marginal_walk(utility, cost, self.params.c1, start=min(1, len(considered)))
 
     def _width_decisions(self, pool: Pool, ranked: list[int], width: MarginalChoice) -> list[Decision]:
@@ -269,17 +302,22 @@ class CastPolicy(Policy):
             self.gains.append(utility / above)
         self._layer_utility[depth] = utility
 
-    def _depth_stop(self, depth: int, utility: float, width: int, context: int) -> dict[str, float] | None:
-        """Why the next layer is not drafted (as decision detail), or None to grow it."""
+    def _depth_stop(self, depth: int, utility: float, width: int, free: int, context: int
+                    ) -> dict[str, float] | None:
+        """Why the next layer is not drafted (as decision detail), or None to grow it: `width` frontier nodes, of
+        which `free` grow without a model forward."""
         phi = sum(self.gains) / len(self.gains)
         predicted = phi * utility
-        cost = self.draft_cost(width, context + width)
+        modelled = width - free
+        cost = self.draft_cost(modelled, context + width) + self.sigma * free
         ratio = _slope(predicted, cost)
         detail = {"predicted_utility": predicted, "phi": phi, "depth_cost": cost,
                   "depth_ratio": _finite(ratio), "depth_threshold": self.params.c2}
         if depth >= self.params.max_depth or width == 0 or ratio < self.params.c2:
             return detail
-        self._step_draft_predicted += self.costs.draft_cost(width, context + width, self.cost_batch)
+        self._step_draft_predicted += (self.costs.draft_cost(modelled, context + width, self.cost_batch)
+                                       + self.sigma * free * self.unit_ms(context + width))
+        self._step_grown += width
         return None
 
     def finalize(self, tree: DraftTree) -> Rerank:
@@ -323,6 +361,10 @@ class CastPolicy(Policy):
         self.kappa = (self._accepted_sum + 1) / (self._predicted_sum + 1)
         self._draft_ms_sum += outcome.times.draft_ms
         self._draft_predicted_sum += self._step_draft_predicted
+        if self._step_grown:
+            outside = max(outcome.times.draft_ms - outcome.times.draft_forward_ms, 0.0)
+            self._overhead_t1 += outside / self.unit_ms(outcome.prefix_len)
+            self._grown_nodes += self._step_grown
         if self._step_draft_predicted > 0:
             self._draft_ratios.append(outcome.times.draft_ms / self._step_draft_predicted)
         self.draft_scale = min(max(statistics.median(self._draft_ratios), 0.01), 100.0)
