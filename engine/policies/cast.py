@@ -201,10 +201,6 @@ class CastPolicy(Policy):
         """t₁: the table's ms for one target forward of one token at this context."""
         return max(self.costs.verify_cost(1, context, self.cost_batch), 1e-9)
 
-    def draft_cost(self, n: int, context: int) -> float:
-        """A draft forward of n tokens in t₁, as the table predicts it, scaled by ρ."""
-        return self.draft_scale * self.costs.draft_cost(n, context, self.cost_batch) / self.unit_ms(context)
-
     def draft_prices(self, count: int, context: int) -> list[float]:
         """[draft_cost(k, context) for k = 0 … count], the table read once (a layer prices every width)."""
         unit = self.unit_ms(context)
@@ -309,7 +305,7 @@ class CastPolicy(Policy):
         phi = sum(self.gains) / len(self.gains)
         predicted = phi * utility
         modelled = width - free
-        cost = self.draft_cost(modelled, context + width) + self.sigma * free
+        cost = self.growth_costs([False] * modelled + [True] * free, context + width)[-1]
         ratio = _slope(predicted, cost)
         detail = {"predicted_utility": predicted, "phi": phi, "depth_cost": cost,
                   "depth_ratio": _finite(ratio), "depth_threshold": self.params.c2}
