@@ -201,20 +201,23 @@ class CastPolicy(Policy):
         """t₁: the table's ms for one target forward of one token at this context."""
         return max(self.costs.verify_cost(1, context, self.cost_batch), 1e-9)
 
-    def draft_prices(self, count: int, context: int) -> list[float]:
-        """[draft_cost(k, context) for k = 0 … count], the table read once (a layer prices every width)."""
+    def draft_prices(self, count: int, context: int, scale: float) -> list[float]:
+        """[a draft forward of k tokens in t₁ for k = 0 … count, times `scale`], the table read once (a layer prices
+        every width)."""
         unit = self.unit_ms(context)
-        return [self.draft_scale * ms / unit for ms in self.costs.prices(count, context, self.cost_batch, "draft")]
+        return [scale * ms / unit for ms in self.costs.prices(count, context, self.cost_batch, "draft")]
 
     @property
     def sigma(self) -> float:
         """σ: the bookkeeping of growing one free node, in t₁ (see the module's "free")."""
         return self._overhead_t1 / self._grown_nodes
 
-    def growth_costs(self, ranked_free: list[bool], context: int) -> list[float]:
-        """[cost of growing the first k of the ranked candidates, k = 0 … len]: c(m) + σ·f for the m that need the
-        drafter's model and the f that grow free among them."""
-        prices = self.draft_prices(len(ranked_free) - sum(ranked_free), context)
+    def growth_costs(self, ranked_free: list[bool], context: int, scale: float | None = None) -> list[float]:
+        """[cost of growing the first k of the ranked candidates in t₁, k = 0 … len]: c(m) + σ·f for the m that need
+        the drafter's model and the f that grow free among them; c scaled by ρ, or by `scale` where given (1:
+        the table's own prediction)."""
+        prices = self.draft_prices(len(ranked_free) - sum(ranked_free), context,
+                                   self.draft_scale if scale is None else scale)
         costs, modelled, free = [0.0], 0, 0
         for grows_free in ranked_free:
             free += grows_free
@@ -304,15 +307,15 @@ class CastPolicy(Policy):
         which `free` grow without a model forward."""
         phi = sum(self.gains) / len(self.gains)
         predicted = phi * utility
-        modelled = width - free
-        cost = self.growth_costs([False] * modelled + [True] * free, context + width)[-1]
+        frontier_free = [False] * (width - free) + [True] * free
+        cost = self.growth_costs(frontier_free, context + width)[-1]
         ratio = _slope(predicted, cost)
         detail = {"predicted_utility": predicted, "phi": phi, "depth_cost": cost,
                   "depth_ratio": _finite(ratio), "depth_threshold": self.params.c2}
         if depth >= self.params.max_depth or width == 0 or ratio < self.params.c2:
             return detail
-        self._step_draft_predicted += (self.costs.draft_cost(modelled, context + width, self.cost_batch)
-                                       + self.sigma * free * self.unit_ms(context + width))
+        self._step_draft_predicted += (self.growth_costs(frontier_free, context + width, scale=1.0)[-1]
+                                       * self.unit_ms(context + width))
         self._step_grown += width
         return None
 
