@@ -353,6 +353,40 @@ def costs_note(table: CostTable, forward: str | None = None, batch: int = 1) -> 
     return None
 
 
+MEMORY_DRIFT = 0.25  # a run's memory speed this far from the table's (either way) reprices wide forwards
+
+
+def memory_note(table: CostTable, read_gb_s: list[float]) -> str | None:
+    """What a user should hear when the memory read at `read_gb_s` (sampled around a run, the best of a few
+    reads each: tools/floors.py) while the cost table was measured at another speed; None when every sample
+    is within MEMORY_DRIFT of the table's, or the table recorded none.
+
+    Why it matters: a one-token forward on a CPU streams the weights, so its time follows the memory's
+    speed, while a wide forward's is mostly arithmetic, which does not. The table's prices are ratios to
+    one token (t₁), so on a shared VM whose memory reads 35 GB/s at one hour and 66 at the next, a
+    4-token forward the table prices at 1.13 t₁ costs 1.55 t₁ (measured on an AMD EPYC, 2026-12-06):
+    cast and talon-adaptive then draft trees sized for the other machine.
+
+    >>> table = CostTable.assumed()
+    >>> table.meta["floors"] = {"target": {"read_gb_s": 35.3}}
+    >>> memory_note(table, [38.0, 41.0]) is None
+    True
+    >>> memory_note(table, [66.0, 61.2])[:62]
+    'memory read at 66.0 and 61.2 GB/s around this run, the cost ta'
+    """
+    floors = table.meta.get("floors", {}).get("target", {})
+    measured_at = floors.get("read_gb_s")  # the median of the reads between the table's timed passes
+    if not measured_at or not read_gb_s:
+        return None
+    if all(abs(speed / measured_at - 1) <= MEMORY_DRIFT for speed in read_gb_s):
+        return None
+    speeds = " and ".join(f"{speed:.1f}" for speed in read_gb_s)
+    return (f"memory read at {speeds} GB/s around this run, the cost table's at {measured_at:.1f}: a one-token "
+            "forward's time follows the memory's speed and a wide one's does not, so cast and talon-adaptive "
+            "priced trees by ratios that did not hold here; run `specscope profile` again while the memory reads "
+            "at this speed")
+
+
 FASTEST = "fastest_policy"  # meta key: the policy `specscope bench --record-default` measured fastest here
 FASTEST_EVIDENCE = "fastest_policy_evidence"  # meta key: the speedups, prompts, date and load behind it
 

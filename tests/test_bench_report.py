@@ -11,7 +11,7 @@ import torch
 from pydantic import ValidationError
 
 from tools.bench import PolicySpec, Prompt, run_bench
-from engine.costs import CostTable
+from engine.costs import MEMORY_DRIFT, CostTable, memory_note
 from tools.report import REPORT_VERSION, BenchReport, CostCurve, cost_curve, read_report, report_json
 from tools.report_markdown import markdown_table
 from test_cli import run_cli, tiny_target, write_prompts  # noqa: F401  (tiny_target is a fixture)
@@ -178,6 +178,8 @@ def test_bench_plots_writes_charts_that_parse_and_carry_the_results(tiny_target,
     report = read_report(folder / "results.json")
     markdown = (folder / "results.md").read_text()
     assert report.note == "a tiny random model" and "Note: a tiny random model" in markdown
+    assert len(report.memory_gb_s) == 2 and all(speed > 0 for speed in report.memory_gb_s)  # before and after
+    assert f"memory read at {report.memory_gb_s[0]:.1f} → {report.memory_gb_s[1]:.1f} GB/s" in markdown
     assert json.loads((folder / "results.json").read_text())["report_version"] == REPORT_VERSION
     for name, title in CHARTS:
         assert f"![{title}]({name})" in markdown
@@ -252,3 +254,14 @@ def test_a_second_pass_drafts_from_the_first_through_the_suffix_memory():
         first, second = by_label[name], by_label[f"{name} · pass 2"]
         assert first.identical_to_ar and second.identical_to_ar
         assert second.tau > first.tau, (name, first.tau, second.tau)
+
+
+def test_a_run_whose_memory_read_at_another_speed_than_the_cost_tables_is_told_so_either_way():
+    table = CostTable.assumed()
+    assert memory_note(table, [60.0]) is None  # a table that recorded no floors says nothing
+    table.meta["floors"] = {"target": {"read_gb_s": 40.0, "read_gb_s_best": 52.0}}
+    inside = 40.0 * (1 + MEMORY_DRIFT)
+    assert memory_note(table, [inside, 40.0 * (1 - MEMORY_DRIFT)]) is None
+    for speeds in ([66.0, 41.0], [40.0, 24.0]):  # faster or slower, before or after
+        note = memory_note(table, speeds)
+        assert note and "the cost table's at 40.0" in note and "specscope profile" in note

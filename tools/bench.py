@@ -51,7 +51,7 @@ import torch
 from tqdm import tqdm
 
 from engine.batch import Batch
-from engine.costs import record_fastest
+from engine.costs import memory_note, record_fastest
 from engine.engine import SpecEngine
 from engine.errors import RequestError
 from engine.events import RunFinished, StepMetrics
@@ -62,6 +62,7 @@ from engine import policies
 from engine.policies import POLICIES
 from engine.request import GenerationRequest
 from engine.timing import Timings
+from tools.floors import measure_read_gb_s
 from tools.hf_baseline import is_hf_baseline, run_hf_baseline
 from tools.plots import write_plots
 from tools.report import (REPORT_VERSION, BatchPoint, BenchReport, Breakdown, Divergence, PolicyResult, broken_down,
@@ -455,13 +456,18 @@ def command(args: argparse.Namespace) -> int:
     if args.record_default and sizes[0] != 1:
         raise RequestError("--record-default records the fastest policy of one request at a time: start --batch "
                            "with 1", field="batch")
+    # The memory's speed, read before and after: on a shared VM it moves, and with it what a wide forward costs
+    # against one token, the ratios cast and talon-adaptive read from the cost table (engine/costs.py's memory_note).
+    memory_gb_s = [measure_read_gb_s(engine.target.device)]
     # A sweep gives every size a fresh suffix memory: no size drafts from another size's answers to the same prompts.
     reports = [run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter,
                          passes=args.passes, batch=size, memory=engine.new_memory() if len(sizes) > 1 else "engine")
                for size in sizes]
+    memory_gb_s.append(measure_read_gb_s(engine.target.device))
     for each in reports:
         each.source = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
         each.note = args.note
+        each.memory_gb_s = memory_gb_s
     report = reports[0]
     if len(reports) > 1:
         report.batch_sweep = batch_sweep(reports)
@@ -475,6 +481,10 @@ def command(args: argparse.Namespace) -> int:
     note = engine.costs_note_for([spec.policy for spec in specs], max(report.batch for report in reports))
     if note:
         print(f"note: {note}")
+    priced = any(POLICIES[spec.policy].needs_costs for spec in specs if spec.policy in POLICIES)
+    drift = memory_note(engine.costs, memory_gb_s) if priced and not note else None
+    if drift:
+        print(f"note: {drift}")
     if args.record_default:
         path = cost_table_path(engine, args.cost_table)
         record_default(engine, report, path)

@@ -13,7 +13,9 @@ def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> s
     batched = report.batch > 1  # tokens/s is the batch's total; each request's own speed beside it
     header = (f"target {report.target} · drafter {report.drafter} · {report.device} {report.dtype} · "
               f"{report.prompts} prompts × {report.max_new_tokens} new tokens · temperature {report.temperature}"
-              + (f" · batch {report.batch}" if batched else ""))
+              + (f" · batch {report.batch}" if batched else "")
+              + (" · memory read at " + " → ".join(f"{speed:.1f}" for speed in report.memory_gb_s) + " GB/s"
+                 if report.memory_gb_s else ""))
     lines = [header, ""] + ([f"Note: {report.note}", ""] if report.note else []) + [
              "| policy | τ | δ | c | tokens/s " + ("| tokens/s per request " if batched else "")
              + "| speedup vs ar | steps | draft / verify / other | outside forwards | identical to ar |",
