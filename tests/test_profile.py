@@ -204,3 +204,16 @@ def test_the_profile_measures_an_eagle_head_as_the_draft_when_there_is_no_draft_
     # head's n = 1 can time slower than its n = 4: then the two are pooled, test_measured_dips_and_spikes...)
     smoothed = _non_decreasing(one[1])
     assert table.draft_cost(4, context=40) == smoothed[1] and smoothed == sorted(smoothed)
+
+
+def test_a_table_measured_while_the_memory_changed_speed_says_its_ratios_mix_two_machines():
+    table = CostTable.linear(lam=1.0, delta=9.0)
+    steady = {"weight_bytes": 10**8, "kv_bytes_per_position": 100, "matmul_weights": 5 * 10**7,
+              "attention_flops_per_pair": 100, "read_gb_s": 40.0, "gemm_gflops": 300.0, "read_gb_s_best": 44.0,
+              "gemm_gflops_best": 310.0, "read_gb_s_worst": 38.0, "samples": 9}
+    table.meta["floors"] = {"target": steady}
+    assert "mix two machines" not in floor_lines(table)[0]
+    table.meta["floors"] = {"target": {**steady, "read_gb_s_best": 66.0, "read_gb_s_worst": 35.0}}
+    assert "the memory read from 35.0 to 66.0 GB/s" in floor_lines(table)[0]
+    del table.meta["floors"]["target"]["read_gb_s_worst"]  # a table from before the slowest sample was kept
+    assert "mix two machines" not in floor_lines(table)[0]

@@ -52,6 +52,7 @@ class Floors:
     read_gb_s: float
     gemm_gflops: float
     read_gb_s_best: float | None = None  # the best sample where the rates were sampled (RateSampler)
+    read_gb_s_worst: float | None = None  # and the slowest: far apart, the table's ratios mix two machines
     gemm_gflops_best: float | None = None
     samples: int = 0  # rate samples taken between the timed forwards; 0: measured once, best of 5
     gemm_dtype: str | None = None  # the dtype the GEMM rate was measured in (arithmetic_dtype); None: the model's
@@ -171,6 +172,7 @@ class RateSampler:
         pick = max if statistic == "min" else statistics.median
         floors = model_floors(model, pick(self.reads), pick(self.gemms))
         floors.read_gb_s_best, floors.gemm_gflops_best = max(self.reads), max(self.gemms)
+        floors.read_gb_s_worst = min(self.reads)
         floors.samples = len(self.reads)
         return floors
 

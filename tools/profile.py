@@ -33,7 +33,7 @@ from typing import Any, Callable
 import torch
 
 from engine.calibration import is_calibration
-from engine.costs import FASTEST, FASTEST_EVIDENCE, CostTable, ModelCosts
+from engine.costs import FASTEST, FASTEST_EVIDENCE, MEMORY_DRIFT, CostTable, ModelCosts
 from engine.drafters.base import run_draft_forwards
 from engine.drafters.eagle_head import EagleHeadDrafter
 from engine.loading import load_engine
@@ -403,8 +403,13 @@ def _sampled(floors: Floors, statistic: str) -> str:
     if not floors.samples:
         return " (best of 5, measured once)"
     summary = "best" if statistic == "min" else "median"
+    spread = ""
+    if floors.read_gb_s_worst and floors.read_gb_s_best > (1 + MEMORY_DRIFT) * floors.read_gb_s_worst:
+        spread = (f"; the memory read from {floors.read_gb_s_worst:.1f} to {floors.read_gb_s_best:.1f} GB/s while "
+                  "the table was measured, and a wide forward's cost against one token's moves with it, so its "
+                  "ratios mix two machines: measure again when the machine is steadier")
     return (f" ({summary} of {floors.samples} samples taken between the timed passes; best {floors.read_gb_s_best:.1f}"
-            f" GB/s, {floors.gemm_gflops_best:.0f} GFLOP/s)")
+            f" GB/s, {floors.gemm_gflops_best:.0f} GFLOP/s{spread})")
 
 
 def floor_lines(table: CostTable, model: str = "target") -> list[str]:
