@@ -382,8 +382,8 @@ def memory_note(table: CostTable, read_gb_s: list[float]) -> str | None:
         return None
     speeds = " and ".join(f"{speed:.1f}" for speed in read_gb_s)
     return (f"memory read at {speeds} GB/s around this run, the cost table's at {measured_at:.1f}: a one-token "
-            "forward's time follows the memory's speed and a wide one's does not, so cast and talon-adaptive "
-            "priced trees by ratios that did not hold here; run `specscope profile` again while the memory reads "
+            "forward's time follows the memory's speed and a wide one's does not, so cast, talon-adaptive and "
+            "chain sized trees by ratios that did not hold here; run `specscope profile` again while the memory reads "
             "at this speed")
 
 

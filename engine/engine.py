@@ -23,7 +23,7 @@ from typing import Callable, Generator, Iterator, Literal
 import torch
 
 from engine.acceptance import Acceptance, accept_greedy, accept_sampled, row_argmax
-from engine.costs import FASTEST, CostTable, costs_note, fastest_policy_note, table_path_for
+from engine.costs import FASTEST, CostTable, costs_note, fastest_policy_note, memory_note, table_path_for
 from engine.drafters.base import DraftForward, Drafter
 from engine.drafters.memory import MemoryBank
 from engine.drafting import Draft, Growing, grow_layers, run_growing
@@ -118,6 +118,15 @@ class SpecEngine:
         costs that were assumed, measured through another forward, or not measured at that batch."""
         if any(POLICIES[name].needs_costs for name in policies if name in POLICIES):
             return costs_note(self.costs, self.forward_name, batch)
+        return None
+
+    def memory_note_for(self, policies: list[str], read_gb_s: list[float], batch: int = 1) -> str | None:
+        """What to tell a user of these policies when the memory read at `read_gb_s` around their run, far from the
+        speed the cost table was measured at (engine/costs.py's memory_note); None where no policy reads costs,
+        or where costs_note_for already says the table does not hold."""
+        if any(POLICIES[name].needs_costs for name in policies if name in POLICIES) and \
+                self.costs_note_for(policies, batch) is None:
+            return memory_note(self.costs, read_gb_s)
         return None
 
     def argmax_for(self, logits: torch.Tensor) -> Callable[[torch.Tensor, int], int]:

@@ -1,6 +1,7 @@
 """The bench's report as Spec-Bench gives it (per category, per prompt), its step shapes (tree sizes, per-depth
 acceptance, tokens per step), its declared types and versions, and its charts (`--plots`)."""
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -256,6 +257,12 @@ def test_a_second_pass_drafts_from_the_first_through_the_suffix_memory():
         assert second.tau > first.tau, (name, first.tau, second.tau)
 
 
+def test_results_md_carries_the_memory_note_beside_the_runs_own(report):
+    said = report.model_copy(update={"note": "busy", "memory_note": "memory read at 66.0 GB/s …"})
+    assert "Note: busy\nNote: memory read at 66.0 GB/s …\n" in markdown_table(said)
+    assert "Note:" not in markdown_table(report.model_copy(update={"note": None, "memory_note": None}))
+
+
 def test_a_run_whose_memory_read_at_another_speed_than_the_cost_tables_is_told_so_either_way():
     table = CostTable.assumed()
     assert memory_note(table, [60.0]) is None  # a table that recorded no floors says nothing
@@ -265,3 +272,19 @@ def test_a_run_whose_memory_read_at_another_speed_than_the_cost_tables_is_told_s
     for speeds in ([66.0, 41.0], [40.0, 24.0]):  # faster or slower, before or after
         note = memory_note(table, speeds)
         assert note and "the cost table's at 40.0" in note and "specscope profile" in note
+
+
+def test_the_memory_note_is_said_for_policies_that_price_trees_over_a_table_that_otherwise_holds(engine64):
+    table = CostTable.assumed()
+    saved = engine64.context
+    engine64.context = dataclasses.replace(saved, costs=table)
+    try:
+        assert engine64.memory_note_for(["cast"], [66.0]) is None  # assumed costs: costs_note_for says so instead
+        table.target.source, table.meta["forward"] = "measured", engine64.forward_name
+        table.meta["floors"] = {"target": {"read_gb_s": 35.0}}
+        assert engine64.costs_note_for(["cast"]) is None
+        assert "the cost table's at 35.0" in engine64.memory_note_for(["ar", "cast"], [66.0, 64.0])
+        assert engine64.memory_note_for(["ar", "eagle", "talon"], [66.0]) is None  # none reads the table
+        assert engine64.memory_note_for(["cast"], [36.0, 34.0]) is None  # within a quarter
+    finally:
+        engine64.context = saved

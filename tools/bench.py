@@ -51,7 +51,7 @@ import torch
 from tqdm import tqdm
 
 from engine.batch import Batch
-from engine.costs import memory_note, record_fastest
+from engine.costs import record_fastest
 from engine.engine import SpecEngine
 from engine.errors import RequestError
 from engine.events import RunFinished, StepMetrics
@@ -464,10 +464,13 @@ def command(args: argparse.Namespace) -> int:
                          passes=args.passes, batch=size, memory=engine.new_memory() if len(sizes) > 1 else "engine")
                for size in sizes]
     memory_gb_s.append(measure_read_gb_s(engine.target.device))
+    names, largest = [spec.policy for spec in specs], max(each.batch for each in reports)
+    note = engine.costs_note_for(names, largest)
+    drift = engine.memory_note_for(names, memory_gb_s, largest)  # results.md says it under its header
     for each in reports:
         each.source = Path(args.prompts).name if args.prompts else "the shipped prompt set's held-out split"
         each.note = args.note
-        each.memory_gb_s = memory_gb_s
+        each.memory_gb_s, each.memory_note = memory_gb_s, drift
     report = reports[0]
     if len(reports) > 1:
         report.batch_sweep = batch_sweep(reports)
@@ -478,13 +481,8 @@ def command(args: argparse.Namespace) -> int:
     charts = write_plots(report, out) if args.plots else []
     write_report(report, out, charts)
     print(markdown_table(report, charts))
-    note = engine.costs_note_for([spec.policy for spec in specs], max(report.batch for report in reports))
     if note:
         print(f"note: {note}")
-    priced = any(POLICIES[spec.policy].needs_costs for spec in specs if spec.policy in POLICIES)
-    drift = memory_note(engine.costs, memory_gb_s) if priced and not note else None
-    if drift:
-        print(f"note: {drift}")
     if args.record_default:
         path = cost_table_path(engine, args.cost_table)
         record_default(engine, report, path)

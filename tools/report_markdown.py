@@ -16,7 +16,8 @@ def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> s
               + (f" · batch {report.batch}" if batched else "")
               + (" · memory read at " + " → ".join(f"{speed:.1f}" for speed in report.memory_gb_s) + " GB/s"
                  if report.memory_gb_s else ""))
-    lines = [header, ""] + ([f"Note: {report.note}", ""] if report.note else []) + [
+    notes = [f"Note: {text}" for text in (report.note, report.memory_note) if text]
+    lines = [header, ""] + ([*notes, ""] if notes else []) + [
              "| policy | τ | δ | c | tokens/s " + ("| tokens/s per request " if batched else "")
              + "| speedup vs ar | steps | draft / verify / other | outside forwards | identical to ar |",
              "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if batched else "")]
