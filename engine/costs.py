@@ -365,7 +365,7 @@ def memory_note(table: CostTable, read_gb_s: list[float]) -> str | None:
     speed, while a wide forward's is mostly arithmetic, which does not. The table's prices are ratios to
     one token (t₁), so on a shared VM whose memory reads 35 GB/s at one hour and 66 at the next, a
     4-token forward the table prices at 1.13 t₁ costs 1.55 t₁ (measured on an AMD EPYC, 2026-12-06):
-    cast and talon-adaptive then draft trees sized for the other machine.
+    chain, cast and talon-adaptive then size trees for the other machine.
 
     >>> table = CostTable.assumed()
     >>> table.meta["floors"] = {"target": {"read_gb_s": 35.3}}

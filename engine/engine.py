@@ -116,16 +116,13 @@ class SpecEngine:
     def costs_note_for(self, policies: list[str], batch: int = 1) -> str | None:
         """What to tell a user of these policies about the costs, run `batch` at a time: None unless one reads
         costs that were assumed, measured through another forward, or not measured at that batch."""
-        if any(POLICIES[name].needs_costs for name in policies if name in POLICIES):
-            return costs_note(self.costs, self.forward_name, batch)
-        return None
+        return costs_note(self.costs, self.forward_name, batch) if _read_costs(policies) else None
 
     def memory_note_for(self, policies: list[str], read_gb_s: list[float], batch: int = 1) -> str | None:
         """What to tell a user of these policies when the memory read at `read_gb_s` around their run, far from the
         speed the cost table was measured at (engine/costs.py's memory_note); None where no policy reads costs,
         or where costs_note_for already says the table does not hold."""
-        if any(POLICIES[name].needs_costs for name in policies if name in POLICIES) and \
-                self.costs_note_for(policies, batch) is None:
+        if _read_costs(policies) and costs_note(self.costs, self.forward_name, batch) is None:
             return memory_note(self.costs, read_gb_s)
         return None
 
@@ -466,3 +463,8 @@ class _Run:
             seed=request.seed, temperature=request.temperature, top_k=request.top_k, top_p=request.top_p,
             max_new_tokens=request.max_new_tokens, costs=self.engine.costs_summary(len(self.prompt_ids)),
             what_if_step=self.what_if.step if self.what_if else None)
+
+
+def _read_costs(policies: list[str]) -> bool:
+    """Whether any of these policies sizes its trees from the cost table (chain, cast, talon-adaptive)."""
+    return any(POLICIES[name].needs_costs for name in policies if name in POLICIES)

@@ -457,7 +457,7 @@ def command(args: argparse.Namespace) -> int:
         raise RequestError("--record-default records the fastest policy of one request at a time: start --batch "
                            "with 1", field="batch")
     # The memory's speed, read before and after: on a shared VM it moves, and with it what a wide forward costs
-    # against one token, the ratios cast and talon-adaptive read from the cost table (engine/costs.py's memory_note).
+    # against one token, the ratios chain, cast and talon-adaptive read from the cost table (engine/costs.py's memory_note).
     memory_gb_s = [measure_read_gb_s(engine.target.device)]
     # A sweep gives every size a fresh suffix memory: no size drafts from another size's answers to the same prompts.
     reports = [run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter,
