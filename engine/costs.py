@@ -354,18 +354,22 @@ def costs_note(table: CostTable, forward: str | None = None, batch: int = 1) -> 
 
 
 MEMORY_DRIFT = 0.25  # a run's memory speed this far from the table's (either way) reprices wide forwards
+MEMORY_SWING = 1 + 2 * MEMORY_DRIFT  # readings this far apart within one run: two machines, one average
 
 
-def memory_note(table: CostTable, read_gb_s: list[float]) -> str | None:
-    """What a user should hear when the memory read at `read_gb_s` (sampled around a run, the best of a few
-    reads each: tools/floors.py) while the cost table was measured at another speed; None when every sample
-    is within MEMORY_DRIFT of the table's, or the table recorded none.
+def memory_note(table: CostTable, read_gb_s: list[float], priced: bool = True) -> str | None:
+    """What a user should hear when the memory read at `read_gb_s` (sampled before a run and after each of its
+    prompts, one read each: tools/floors.py) at another speed than the cost table was measured at, where
+    `priced` (the run's policies priced trees from that table), or when the readings lie MEMORY_SWING apart;
+    None otherwise, or where the table recorded no speed and the readings held still.
 
     Why it matters: a one-token forward on a CPU streams the weights, so its time follows the memory's
     speed, while a wide forward's is mostly arithmetic, which does not. The table's prices are ratios to
     one token (t₁), so on a shared VM whose memory reads 35 GB/s at one hour and 66 at the next, a
     4-token forward the table prices at 1.13 t₁ costs 1.55 t₁ (measured on an AMD EPYC, 2026-12-06):
-    chain, cast and talon-adaptive then size trees for the other machine.
+    chain, cast and talon-adaptive then size trees for the other machine. And on that VM the speed moves
+    within seconds (26–52 GB/s in one minute, read every 4 s), so one run's ratios, every policy's
+    against `ar`, average over a slower and a faster machine.
 
     >>> table = CostTable.assumed()
     >>> table.meta["floors"] = {"target": {"read_gb_s": 35.3}}
@@ -373,18 +377,34 @@ def memory_note(table: CostTable, read_gb_s: list[float]) -> str | None:
     True
     >>> memory_note(table, [66.0, 61.2])[:62]
     'memory read at 66.0 and 61.2 GB/s around this run, the cost ta'
+    >>> memory_note(table, [66.0, 61.2], priced=False) is None
+    True
+    >>> note = memory_note(table, [29.9, 47.7, 31.0], priced=False)  # policies that read no table: the swing alone
+    >>> note[:60]
+    'memory read at 29.9–47.7 GB/s during this run (3 readings): '
+    >>> note[-75:]
+    'within the run every ratio here averages over a slower and a faster machine'
     """
     floors = table.meta.get("floors", {}).get("target", {})
     measured_at = floors.get("read_gb_s")  # the median of the reads between the table's timed passes
-    if not measured_at or not read_gb_s:
+    if not read_gb_s:
         return None
-    if all(abs(speed / measured_at - 1) <= MEMORY_DRIFT for speed in read_gb_s):
+    off = priced and bool(measured_at) and any(abs(speed / measured_at - 1) > MEMORY_DRIFT for speed in read_gb_s)
+    swing = max(read_gb_s) / min(read_gb_s)
+    moved = swing > MEMORY_SWING
+    if not off and not moved:
         return None
-    speeds = " and ".join(f"{speed:.1f}" for speed in read_gb_s)
-    return (f"memory read at {speeds} GB/s around this run, the cost table's at {measured_at:.1f}: a one-token "
-            "forward's time follows the memory's speed and a wide one's does not, so cast, talon-adaptive and "
-            "chain sized trees by ratios that did not hold here; run `specscope profile` again while the memory reads "
-            "at this speed")
+    speeds = (f"at {' and '.join(f'{speed:.1f}' for speed in read_gb_s)} GB/s around this run" if len(read_gb_s) <= 2
+              else f"at {min(read_gb_s):.1f}–{max(read_gb_s):.1f} GB/s during this run ({len(read_gb_s)} readings)")
+    said = [f"memory read {speeds}" + (f", the cost table's at {measured_at:.1f}" if off else ""),
+            ": a one-token forward's time follows the memory's speed and a wide one's does not, so "]
+    if off:
+        said.append("cast, talon-adaptive and chain sized trees by ratios that did not hold here; run `specscope "
+                    "profile` again while the memory reads at this speed")
+    if moved:
+        said.append(("; and " if off else "") + f"with the speed moving {swing:.1f}× within the run every ratio "
+                    "here averages over a slower and a faster machine")
+    return "".join(said)
 
 
 FASTEST = "fastest_policy"  # meta key: the policy `specscope bench --record-default` measured fastest here

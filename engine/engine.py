@@ -119,12 +119,11 @@ class SpecEngine:
         return costs_note(self.costs, self.forward_name, batch) if _read_costs(policies) else None
 
     def memory_note_for(self, policies: list[str], read_gb_s: list[float], batch: int = 1) -> str | None:
-        """What to tell a user of these policies when the memory read at `read_gb_s` around their run, far from the
-        speed the cost table was measured at (engine/costs.py's memory_note); None where no policy reads costs,
-        or where costs_note_for already says the table does not hold."""
-        if _read_costs(policies) and costs_note(self.costs, self.forward_name, batch) is None:
-            return memory_note(self.costs, read_gb_s)
-        return None
+        """What to tell a user of these policies when the memory read at `read_gb_s` over their run (engine/costs.py's
+        memory_note): its speed far from the cost table's, said only where a policy priced trees from a table that
+        otherwise holds (else costs_note_for says graver); its speed moving within the run, said for any."""
+        priced = _read_costs(policies) and costs_note(self.costs, self.forward_name, batch) is None
+        return memory_note(self.costs, read_gb_s, priced)
 
     def argmax_for(self, logits: torch.Tensor) -> Callable[[torch.Tensor, int], int]:
         """How greedy acceptance finds a row's argmax in these logits: in the native kernel where it runs and

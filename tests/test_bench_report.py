@@ -12,9 +12,9 @@ import torch
 from pydantic import ValidationError
 
 from tools.bench import PolicySpec, Prompt, run_bench
-from engine.costs import MEMORY_DRIFT, CostTable, memory_note
+from engine.costs import MEMORY_DRIFT, MEMORY_SWING, CostTable, memory_note
 from tools.report import REPORT_VERSION, BenchReport, CostCurve, cost_curve, read_report, report_json
-from tools.report_markdown import markdown_table
+from tools.report_markdown import markdown_table, memory_reading
 from test_cli import run_cli, tiny_target, write_prompts  # noqa: F401  (tiny_target is a fixture)
 from tools.plots import CHARTS, nice_ticks, write_plots
 
@@ -179,8 +179,9 @@ def test_bench_plots_writes_charts_that_parse_and_carry_the_results(tiny_target,
     report = read_report(folder / "results.json")
     markdown = (folder / "results.md").read_text()
     assert report.note == "a tiny random model" and "Note: a tiny random model" in markdown
-    assert len(report.memory_gb_s) == 2 and all(speed > 0 for speed in report.memory_gb_s)  # before and after
-    assert f"memory read at {report.memory_gb_s[0]:.1f} → {report.memory_gb_s[1]:.1f} GB/s" in markdown
+    # Read before the runs and after each of the two prompts' (every policy's run of it), outside the timed runs.
+    assert len(report.memory_gb_s) == 3 and all(speed > 0 for speed in report.memory_gb_s)
+    assert memory_reading(report.memory_gb_s) in markdown.splitlines()[0]
     assert json.loads((folder / "results.json").read_text())["report_version"] == REPORT_VERSION
     for name, title in CHARTS:
         assert f"![{title}]({name})" in markdown
@@ -268,10 +269,27 @@ def test_a_run_whose_memory_read_at_another_speed_than_the_cost_tables_is_told_s
     assert memory_note(table, [60.0]) is None  # a table that recorded no floors says nothing
     table.meta["floors"] = {"target": {"read_gb_s": 40.0, "read_gb_s_best": 52.0}}
     inside = 40.0 * (1 + MEMORY_DRIFT)
-    assert memory_note(table, [inside, 40.0 * (1 - MEMORY_DRIFT)]) is None
+    assert memory_note(table, [inside, 40.0]) is None and memory_note(table, [40.0 * (1 - MEMORY_DRIFT)]) is None
+    apart = memory_note(table, [inside, 40.0 * (1 - MEMORY_DRIFT)])  # each within a quarter, 1.7× apart
+    assert "the cost table's" not in apart and "moving 1.7× within the run" in apart
     for speeds in ([66.0, 41.0], [40.0, 24.0]):  # faster or slower, before or after
         note = memory_note(table, speeds)
         assert note and "the cost table's at 40.0" in note and "specscope profile" in note
+
+
+def test_memory_that_moves_within_a_run_is_told_for_every_policy_whatever_the_table():
+    table = CostTable.assumed()  # no speed recorded: only the swing can be said
+    steady = [40.0, 40.0 * MEMORY_SWING * 0.99, 41.0]
+    assert memory_note(table, steady, priced=False) is None and memory_note(table, steady) is None
+    moving = [40.0, 40.0 * MEMORY_SWING * 1.01, 41.0]
+    for priced in (True, False):
+        note = memory_note(table, moving, priced)
+        assert note.startswith("memory read at 40.0–60.6 GB/s during this run (3 readings): ")
+        assert "moving 1.5× within the run" in note and "specscope profile" not in note
+    table.meta["floors"] = {"target": {"read_gb_s": 60.0}}  # both: off the table's and moving
+    both = memory_note(table, moving)
+    assert "the cost table's at 60.0" in both and "specscope profile" in both and "moving 1.5×" in both
+    assert "the cost table's" not in memory_note(table, moving, priced=False)  # no policy read the table
 
 
 def test_the_memory_note_is_said_for_policies_that_price_trees_over_a_table_that_otherwise_holds(engine64):
@@ -286,5 +304,7 @@ def test_the_memory_note_is_said_for_policies_that_price_trees_over_a_table_that
         assert "the cost table's at 35.0" in engine64.memory_note_for(["ar", "cast"], [66.0, 64.0])
         assert engine64.memory_note_for(["ar", "eagle", "talon"], [66.0]) is None  # none reads the table
         assert engine64.memory_note_for(["cast"], [36.0, 34.0]) is None  # within a quarter
+        moving = engine64.memory_note_for(["ar", "eagle"], [36.0, 60.0, 34.0])  # within a run: said for any policy
+        assert "moving 1.8× within the run" in moving and "the cost table's" not in moving
     finally:
         engine64.context = saved

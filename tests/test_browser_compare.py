@@ -457,6 +457,20 @@ def test_results_page_shows_per_depth_acceptance_the_histogram_and_the_time_spli
     assert open(png_download.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_results_page_says_the_memorys_readings_and_why_they_matter_as_results_md_does(page, replay_url, tmp_path,
+                                                                                        fresh_report):
+    from tools.report_markdown import memory_reading
+
+    said = fresh_report.model_copy(update={"memory_gb_s": [32.6, 47.7, 29.9, 43.6],
+                                           "memory_note": "memory read at 29.9–47.7 GB/s during this run …"})
+    open_report(page, replay_url, said, tmp_path / "moving.json")
+    assert page.inner_text("#results-meta").endswith(memory_reading(said.memory_gb_s))
+    note = page.locator("[data-testid=results-memory-note]")
+    assert note.is_visible() and note.inner_text() == f"Note: {said.memory_note}"
+    open_report(page, replay_url, fresh_report, tmp_path / "steady.json")  # no readings, no note
+    assert "memory" not in page.inner_text("#results-meta") and not note.is_visible()
+
+
 def test_results_page_says_when_a_report_predates_per_depth_acceptance(page, replay_url):
     page.goto(f"{replay_url}/results")
     page.wait_for_selector("[data-testid=results-chart] [data-policy]")

@@ -45,7 +45,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -62,7 +62,7 @@ from engine import policies
 from engine.policies import POLICIES
 from engine.request import GenerationRequest
 from engine.timing import Timings
-from tools.floors import measure_read_gb_s
+from tools.floors import MemoryProbe
 from tools.hf_baseline import is_hf_baseline, run_hf_baseline
 from tools.plots import write_plots
 from tools.report import (REPORT_VERSION, BatchPoint, BenchReport, Breakdown, Divergence, PolicyResult, broken_down,
@@ -177,11 +177,13 @@ def _round_robin(groups: list[list[Any]]) -> list[Any]:
 
 def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs: list[PolicySpec],
               max_new_tokens: int, temperature: float = 0.0, seed: int = 0, drafter: str | None = None,
-              progress: bool = True, passes: int = 1, batch: int = 1, memory: Any = "engine") -> BenchReport:
+              progress: bool = True, passes: int = 1, batch: int = 1, memory: Any = "engine",
+              between: Callable[[], None] | None = None) -> BenchReport:
     """Runs every spec on every prompt (`ar` added first if missing) and summarises against `ar`; `passes`
     beyond the first run the drafting specs over the prompts again (`repeated`); `batch` > 1 runs them
     that many at a time through one batch (`_run_group`). `memory`: the suffix memory the runs draft from and
-    join (the engine's own by default; `Engine.run`'s argument)."""
+    join (the engine's own by default; `Engine.run`'s argument). `between()` after every spec has run a prompt
+    (a group of `batch`), outside every timed run: the bench reads the memory's speed there."""
     prompts = [Prompt(*prompt) for prompt in prompts]
     if not any(spec.policy == "ar" for spec in specs):
         specs = [PolicySpec("ar", "ar", {})] + specs
@@ -206,6 +208,8 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
                 else:
                     _run_group(runner, tally, breakdown, group, max_new_tokens, temperature, seed, drafter, memory)
                 bar.update(len(group))
+            if between is not None:
+                between()
     bar.close()
     tallies, breakdowns = sum(tallies, []), sum(breakdowns, [])
     baseline = next(t for t in tallies if t.spec.policy == "ar")
@@ -456,14 +460,16 @@ def command(args: argparse.Namespace) -> int:
     if args.record_default and sizes[0] != 1:
         raise RequestError("--record-default records the fastest policy of one request at a time: start --batch "
                            "with 1", field="batch")
-    # The memory's speed, read before and after: on a shared VM it moves, and with it what a wide forward costs
-    # against one token, the ratios chain, cast and talon-adaptive read from the cost table (engine/costs.py's memory_note).
-    memory_gb_s = [measure_read_gb_s(engine.target.device)]
+    # The memory's speed, read before the runs and after each prompt's: on a shared VM it moves within seconds, and
+    # with it what a one-token forward costs against a wide one (engine/costs.py's memory_note says what that means).
+    probe = MemoryProbe(engine.target.device)
+    memory_gb_s = [probe.read()]
     # A sweep gives every size a fresh suffix memory: no size drafts from another size's answers to the same prompts.
     reports = [run_bench(engine, prompts, specs, args.max_new_tokens, args.temperature, args.seed, args.drafter,
-                         passes=args.passes, batch=size, memory=engine.new_memory() if len(sizes) > 1 else "engine")
+                         passes=args.passes, batch=size, memory=engine.new_memory() if len(sizes) > 1 else "engine",
+                         between=lambda: memory_gb_s.append(probe.read()))
                for size in sizes]
-    memory_gb_s.append(measure_read_gb_s(engine.target.device))
+    del probe  # its 512 MiB
     names, largest = [spec.policy for spec in specs], max(each.batch for each in reports)
     note = engine.costs_note_for(names, largest)
     drift = engine.memory_note_for(names, memory_gb_s, largest)  # results.md says it under its header

@@ -140,28 +140,43 @@ def measure_floors(model: torch.nn.Module) -> Floors:
     return model_floors(model, measure_read_gb_s(param.device), measure_gemm_gflops(param.dtype, param.device))
 
 
+class MemoryProbe:
+    """The memory's read speed, sampled again and again over one buffer far larger than the caches: one timed
+    sum a sample, as the profile samples it between its timed passes (`RateSampler`), so a bench's readings
+    and its cost table's are the same measurement. Holds its 512 MiB until dropped."""
+
+    def __init__(self, device: torch.device, mib: int = READ_MIB):
+        self.device = device
+        self.data = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
+        self.data.sum()  # first touch: page faults and lazy initialisation, untimed
+        _synchronize(device)
+
+    def read(self) -> float:
+        """GB/s of one sum of the buffer."""
+        return self.data.numel() * 4 / _best_seconds(lambda: self.data.sum(), self.device, 1, touch=False) / 1e9
+
+
 class RateSampler:
     """The read and GEMM rates sampled one at a time, between a profile's timed passes, so the floors are
     those of the moments the forwards ran in. Holds its 512 MiB read buffer and GEMM operands until dropped."""
 
     def __init__(self, dtype: torch.dtype, device: torch.device, mib: int = READ_MIB):
         self.device = device
-        self.data = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
+        self.memory = MemoryProbe(device, mib)
         m, k, n = GEMM_SHAPE
         dtype = arithmetic_dtype(dtype, device)
         self.a = torch.randn(m, k, device=device).to(dtype)
         self.b = torch.randn(k, n, device=device).to(dtype)
         self.reads: list[float] = []  # GB/s
         self.gemms: list[float] = []  # GFLOP/s
-        self.data.sum(), self.a @ self.b  # first touch: page faults and lazy initialisation, untimed
+        self.a @ self.b  # first touch, untimed
         _synchronize(device)
 
     def sample(self) -> None:
         """One read of the buffer and one product, each timed."""
         m, k, n = GEMM_SHAPE
-        read = _best_seconds(lambda: self.data.sum(), self.device, 1, touch=False)
+        self.reads.append(self.memory.read())
         gemm = _best_seconds(lambda: self.a @ self.b, self.device, 1, touch=False)
-        self.reads.append(self.data.numel() * 4 / read / 1e9)
         self.gemms.append(2 * m * k * n / gemm / 1e9)
 
     def floors(self, model: torch.nn.Module, statistic: str = "median") -> Floors:

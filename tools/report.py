@@ -152,8 +152,8 @@ class BenchReport(BaseModel):
     results: list[PolicyResult]
     source: str | None = None  # the prompt file, or the shipped split
     note: str | None = None  # a line the bench was given, e.g. how busy the machine was
-    memory_gb_s: list[float] | None = None  # the memory's read speed before and after the run (tools/floors.py)
-    memory_note: str | None = None  # said where that speed was a quarter off the cost table's (engine/costs.py)
+    memory_gb_s: list[float] | None = None  # the memory's read speed before the run and after each prompt (tools/floors.py)
+    memory_note: str | None = None  # said where it moved within the run or was off the cost table's (engine/costs.py)
     batch: int = 1  # requests verified in one forward (`bench --batch`)
     batch_sweep: list[BatchPoint] | None = None  # every policy at every batch size of `--batch B1,B2,…`
 

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from tools.report import BenchReport
+
+
+def memory_reading(speeds: list[float]) -> str:
+    """The header's words for the memory's readings (before the run, after each prompt): as they came for one
+    or two, their range and median for more (static/js/model/results.js says them alike on the page).
+
+    >>> memory_reading([35.6, 33.4])
+    'memory read at 35.6 → 33.4 GB/s'
+    >>> memory_reading([32.6, 47.7, 29.9, 43.6])
+    'memory read at 29.9–47.7 GB/s (median 38.1 of 4 readings)'
+    """
+    if len(speeds) <= 2:
+        return "memory read at " + " → ".join(f"{speed:.1f}" for speed in speeds) + " GB/s"
+    return (f"memory read at {min(speeds):.1f}–{max(speeds):.1f} GB/s "
+            f"(median {statistics.median(speeds):.1f} of {len(speeds)} readings)")
 
 
 def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> str:
@@ -14,8 +30,7 @@ def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> s
     header = (f"target {report.target} · drafter {report.drafter} · {report.device} {report.dtype} · "
               f"{report.prompts} prompts × {report.max_new_tokens} new tokens · temperature {report.temperature}"
               + (f" · batch {report.batch}" if batched else "")
-              + (" · memory read at " + " → ".join(f"{speed:.1f}" for speed in report.memory_gb_s) + " GB/s"
-                 if report.memory_gb_s else ""))
+              + (f" · {memory_reading(report.memory_gb_s)}" if report.memory_gb_s else ""))
     notes = [f"Note: {text}" for text in (report.note, report.memory_note) if text]
     lines = [header, ""] + ([*notes, ""] if notes else []) + [
              "| policy | τ | δ | c | tokens/s " + ("| tokens/s per request " if batched else "")

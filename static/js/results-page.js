@@ -33,6 +33,8 @@ async function show(data, source) {
   shown = report;
   shownName = source.replace(/\.json$/i, "") || "results";
   $("results-meta").textContent = describeReport(report);
+  $("results-memory-note").textContent = report.memory_note ? `Note: ${report.memory_note}` : "";
+  $("results-memory-note").hidden = !report.memory_note;
   renderVersionNote(report);
   $("results-export-csv").disabled = false;
   renderTable(report);

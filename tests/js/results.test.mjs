@@ -4,7 +4,7 @@ import { test } from "node:test";
 
 import {
   batchSweepSeries, acceptLengthSeries, acceptanceByDepthSeries, categoryHeads, categoryRows, checkReport, coloursOf, costSeries,
-  describeReport, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
+  describeReport, memoryReading, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
   timeSplitSeries, withBaseline,
 } from "../../static/js/model/results.js";
 import { linear, log2, log2Ticks, niceMax, niceTicks } from "../../static/js/model/scale.js";
@@ -78,6 +78,17 @@ test("category_rows_read_like_spec_bench", () => {
 test("a_reports_note_is_said_with_it", () => {
   assert.match(describeReport({ ...REPORT, note: "under load" }), /temperature 0\. Note: under load$/);
   assert.doesNotMatch(describeReport(REPORT), /Note/);
+});
+
+test("the_memorys_readings_are_said_as_results_md_says_them", () => {
+  // the same readings as tools/report_markdown.py's doctest, the same words
+  assert.equal(memoryReading([35.6, 33.4]), "memory read at 35.6 → 33.4 GB/s");
+  assert.equal(memoryReading([32.6, 47.7, 29.9, 43.6]), "memory read at 29.9–47.7 GB/s (median 38.1 of 4 readings)");
+  assert.equal(memoryReading([30, 50, 40]), "memory read at 30.0–50.0 GB/s (median 40.0 of 3 readings)");
+  assert.equal(memoryReading(undefined), null);
+  assert.match(describeReport({ ...REPORT, memory_gb_s: [30, 50, 40] }),
+               /temperature 0 · memory read at 30\.0–50\.0 GB\/s \(median 40\.0 of 3 readings\)$/);
+  assert.doesNotMatch(describeReport(REPORT), /memory/);
 });
 
 test("a_log2_axis_over_every_n_labels_the_powers_of_two_and_the_last", () => {

@@ -81,9 +81,26 @@ export function costSeries(report) {
 export function describeReport(report) {
   const parts = [`target ${report.target}`, report.drafter ? `drafter ${report.drafter}` : null,
                  `${report.device} ${report.dtype}`, `${report.prompts} prompts × ${report.max_new_tokens} new tokens`,
-                 `temperature ${report.temperature}`];
+                 `temperature ${report.temperature}`, memoryReading(report.memory_gb_s)];
   const line = parts.filter(Boolean).join(" · ");
   return report.note ? `${line}. Note: ${report.note}` : line;
+}
+
+/**
+ * The memory's read speeds (the bench reads them before its runs and after each prompt's) in results.md's
+ * words (tools/report_markdown.py's memory_reading): as they came for one or two, their range and median for
+ * more; null for a report without them.
+ *
+ * memoryReading([32.6, 47.7, 29.9, 43.6]) === "memory read at 29.9–47.7 GB/s (median 38.1 of 4 readings)"
+ */
+export function memoryReading(speeds) {
+  if (!speeds?.length) return null;
+  const gb = (speed) => speed.toFixed(1);
+  if (speeds.length <= 2) return `memory read at ${speeds.map(gb).join(" → ")} GB/s`;
+  const sorted = [...speeds].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  const median = sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+  return `memory read at ${gb(sorted[0])}–${gb(sorted.at(-1))} GB/s (median ${gb(median)} of ${speeds.length} readings)`;
 }
 
 /** Spec-Bench's table: per policy, speedup vs ar and τ in each category, then over the whole run. */
