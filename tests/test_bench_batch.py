@@ -39,6 +39,7 @@ def test_a_batched_report_keeps_total_and_per_request_speeds(batched):
             sum(row.tokens_per_s for row in result.per_prompt) / len(result.per_prompt))
         assert result.speedup_vs_ar == pytest.approx(result.tokens_per_s / ar.tokens_per_s)
         assert result.new_tokens == sum(row.new_tokens for row in result.per_prompt)
+        assert result.speedup_interval is None  # the batch's requests share their time: no prompt has its own
 
 
 def test_the_batched_output_is_the_output_one_at_a_time(engine64, batched):

@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from tools.bench import PolicySpec, Prompt, run_bench
 from engine.costs import MEMORY_DRIFT, MEMORY_SWING, CostTable, memory_note
-from tools.report import REPORT_VERSION, BenchReport, CostCurve, cost_curve, read_report, report_json
+from tools.report import (REPORT_VERSION, BenchReport, CostCurve, cost_curve, read_report, report_json,
+                          speedup_interval)
 from tools.report_markdown import markdown_table, memory_reading
 from test_cli import run_cli, tiny_target, write_prompts  # noqa: F401  (tiny_target is a fixture)
 from tools.plots import CHARTS, nice_ticks, write_plots
@@ -66,6 +67,22 @@ def test_category_speedups_are_against_ar_on_the_same_prompts(report):
     for mine, base in zip(talon.per_prompt, ar.per_prompt):
         assert mine.speedup_vs_ar == pytest.approx(mine.tokens_per_s / base.tokens_per_s)
         assert mine.identical_to_ar is True and mine.first_difference is None
+
+
+def test_each_speedup_carries_the_interval_its_prompts_drawn_again_give(report):
+    ar, *others = report.results
+    assert ar.speedup_interval is None
+    for result in others:
+        low, high = result.speedup_interval
+        assert low <= high
+        assert f"{result.speedup_vs_ar:.2f}× ({low:.2f}–{high:.2f})" in markdown_table(report)
+        if result.policy in ("chain", "talon"):  # ar's tokens on every prompt: each draw's ratio is a mediant
+            per_prompt = [row.speedup_vs_ar for row in result.per_prompt]
+            assert min(per_prompt) - 1e-9 <= low and high <= max(per_prompt) + 1e-9
+    assert "drawn again with replacement (2000 draws)" in markdown_table(report)
+    rows = [row.model_dump() for row in others[0].per_prompt]
+    assert speedup_interval(rows[:2], [row.model_dump() for row in ar.per_prompt]) is None  # two prompts: no interval
+    assert speedup_interval(rows, [row.model_dump() for row in ar.per_prompt]) == others[0].speedup_interval
 
 
 def test_step_shapes_account_for_every_step_and_token(report):

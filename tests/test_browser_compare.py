@@ -457,18 +457,25 @@ def test_results_page_shows_per_depth_acceptance_the_histogram_and_the_time_spli
     assert open(png_download.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_results_page_says_the_memorys_readings_and_why_they_matter_as_results_md_does(page, replay_url, tmp_path,
+def test_results_page_says_the_memorys_readings_why_they_matter_and_each_speedups_interval(page, replay_url, tmp_path,
                                                                                         fresh_report):
     from tools.report_markdown import memory_reading
 
-    said = fresh_report.model_copy(update={"memory_gb_s": [32.6, 47.7, 29.9, 43.6],
+    results = [r.model_copy(update={"speedup_interval": (1.14, 1.92)}) if r.policy == "chain" else r
+               for r in fresh_report.results]
+    said = fresh_report.model_copy(update={"memory_gb_s": [32.6, 47.7, 29.9, 43.6], "results": results,
                                            "memory_note": "memory read at 29.9–47.7 GB/s during this run …"})
     open_report(page, replay_url, said, tmp_path / "moving.json")
     assert page.inner_text("#results-meta").endswith(memory_reading(said.memory_gb_s))
     note = page.locator("[data-testid=results-memory-note]")
     assert note.is_visible() and note.inner_text() == f"Note: {said.memory_note}"
-    open_report(page, replay_url, fresh_report, tmp_path / "steady.json")  # no readings, no note
+    chain = page.locator("[data-testid=results-table] tr[data-policy=chain] td").nth(5)
+    assert chain.inner_text().endswith("× (1.14–1.92)")  # the speedup's interval beside it
+    assert page.locator("[data-testid=speedup-interval]").count() == 1  # only where the report drew one
+    assert "drawn again with replacement" in page.inner_text("#results-interval-hint")
+    open_report(page, replay_url, fresh_report, tmp_path / "steady.json")  # no readings, no note, no intervals
     assert "memory" not in page.inner_text("#results-meta") and not note.is_visible()
+    assert page.locator("[data-testid=speedup-interval]").count() == 0 and not page.is_visible("#results-interval-hint")
 
 
 def test_results_page_says_when_a_report_predates_per_depth_acceptance(page, replay_url):

@@ -66,7 +66,7 @@ from tools.floors import MemoryProbe
 from tools.hf_baseline import is_hf_baseline, run_hf_baseline
 from tools.plots import write_plots
 from tools.report import (REPORT_VERSION, BatchPoint, BenchReport, Breakdown, Divergence, PolicyResult, broken_down,
-                          cost_curve, report_json)
+                          cost_curve, report_json, speedup_interval)
 from tools.report_markdown import markdown_table
 
 
@@ -220,6 +220,8 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
         result = _summarise(engine, tally, baseline, temperature, prompt_text, batch)
         result.update(broken_down(breakdown, ar_rows, result["identical_to_ar"], result["divergences"],
                                   has_steps=not tally.external))
+        if batch == 1 and tally is not baseline:  # a batch's requests share their time: no prompt has its own
+            result["speedup_interval"] = speedup_interval(breakdown.rows, ar_rows)
         results.append(PolicyResult(**result))
     info = engine.describe()
     return BenchReport(report_version=REPORT_VERSION, target=info.target, draft=info.draft,

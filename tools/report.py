@@ -9,7 +9,9 @@ events (engine/events.py), it carries a version:
     2  adds per-depth acceptance and the acceptance-length histogram, from the
        runs' step records; later, compatibly, `bench --batch`'s fields (`batch`,
        `batch_sweep`, each result's `tokens_per_s_per_request`), which a batch-1
-       report leaves out, so it is written exactly as before
+       report leaves out, so it is written exactly as before; and the memory's
+       readings (`memory_gb_s`, `memory_note`) and each result's `speedup_interval`,
+       None in a report written before them
 
 Per policy it keeps the totals against `ar`, the per-category sums and per-prompt
 rows behind them (as Spec-Bench reports), the step shapes (tree sizes, per-depth
@@ -20,6 +22,8 @@ that the charts need nothing but results.json.
 from __future__ import annotations
 
 import json
+import math
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +113,9 @@ class PolicyResult(BaseModel):
     # At batch > 1: the mean of each request's own tokens/s (its tokens over its time from joining to leaving);
     # `tokens_per_s` is then the whole batch's: every request's tokens over the batches' wall time.
     tokens_per_s_per_request: float | None = None
+    # Where 95% of the speedups over the same prompts resampled fall (`speedup_interval`): how far this run's
+    # prompts pin the ratio down. None: ar itself, fewer than 3 prompts, or batch > 1.
+    speedup_interval: tuple[float, float] | None = None
 
 
 class BatchPoint(BaseModel):
@@ -299,6 +306,46 @@ def by_category(rows: list[dict[str, Any]], ar_rows: list[dict[str, Any]]) -> di
         speedup = mine["tokens_per_s"] / ar["tokens_per_s"] if ar["tokens_per_s"] else None
         out[category] = CategorySummary(**mine, speedup_vs_ar=speedup)
     return out
+
+
+INTERVAL_DRAWS = 2000  # bootstrap resamples of the prompts behind a speedup's interval
+INTERVAL_LEVEL = 0.95
+
+
+def speedup_interval(rows: list[dict[str, Any]], ar_rows: list[dict[str, Any]], draws: int = INTERVAL_DRAWS,
+                     level: float = INTERVAL_LEVEL, seed: int = 0) -> tuple[float, float] | None:
+    """The central `level` of a policy's speedup over ar when its prompts are drawn again with replacement (a
+    percentile bootstrap, `draws` times, seeded: the same report, the same interval), each draw's speedup read as
+    the run's is, tokens over seconds summed over the drawn prompts, ar's over the same prompts. It says how much
+    the ratio owes to which prompts were run: a run whose prompts speed up alike pins it, one whose speedup
+    hangs on one copy-heavy prompt does not. None under 3 prompts (nothing to resample).
+
+    >>> ar = [{"question_id": i, "new_tokens": 10, "wall_s": 1.0} for i in range(4)]
+    >>> alike = [{"question_id": i, "new_tokens": 10, "wall_s": 0.5} for i in range(4)]
+    >>> speedup_interval(alike, ar)
+    (2.0, 2.0)
+    >>> one_copy = [{**row, "wall_s": 0.2 if row["question_id"] == 0 else 1.0} for row in ar]
+    >>> [round(end, 2) for end in speedup_interval(one_copy, ar)]  # the run's own ratio, 1.25, rests on prompt 0
+    [1.0, 2.5]
+    """
+    ar = {row["question_id"]: row for row in ar_rows}
+    pairs = [(row, ar[row["question_id"]]) for row in rows if row["question_id"] in ar]
+    if len(pairs) < 3:
+        return None
+    draw = random.Random(seed)
+    speedups = []
+    for _ in range(draws):
+        tokens = seconds = ar_tokens = ar_seconds = 0.0
+        for mine, theirs in draw.choices(pairs, k=len(pairs)):
+            tokens, seconds = tokens + mine["new_tokens"], seconds + mine["wall_s"]
+            ar_tokens, ar_seconds = ar_tokens + theirs["new_tokens"], ar_seconds + theirs["wall_s"]
+        if seconds and ar_tokens:
+            speedups.append(tokens / seconds * ar_seconds / ar_tokens)
+    if not speedups:
+        return None
+    speedups.sort()
+    tail = (1 - level) / 2
+    return speedups[int(tail * len(speedups))], speedups[math.ceil((1 - tail) * len(speedups)) - 1]
 
 
 def cost_curve(table: CostTable) -> CostCurve:

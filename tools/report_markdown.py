@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tools.report import BenchReport
+from tools.report import INTERVAL_DRAWS, INTERVAL_LEVEL, BenchReport, PolicyResult
 
 
 def memory_reading(speeds: list[float]) -> str:
@@ -43,8 +43,12 @@ def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> s
             f"{r.share_draft:.0%} / {r.share_verify:.0%} / {r.share_other:.0%}")
         per_request = f"| {_cell(r.tokens_per_s_per_request, '.1f')} " if batched else ""
         lines.append(f"| {r.policy} | {_cell(r.tau, '.2f')} | {_cell(r.delta, '.2f')} | {_cell(r.c, '.3f')} "
-                     f"| {r.tokens_per_s:.1f} {per_request}| {r.speedup_vs_ar:.2f}× | {_cell(r.steps, 'd')} | {shares} "
+                     f"| {r.tokens_per_s:.1f} {per_request}| {_speedup(r)} | {_cell(r.steps, 'd')} | {shares} "
                      f"| {_cell(r.share_outside_forwards, '.0%')} | {identical} |")
+    if any(r.speedup_interval for r in report.results):
+        lines += ["", f"Speedup (low–high): where {INTERVAL_LEVEL:.0%} of the speedups fall when the run's prompts "
+                      f"are drawn again with replacement ({INTERVAL_DRAWS} draws): how far these prompts pin the ratio "
+                      "down."]
     if report.batch_sweep:
         lines += _sweep_table(report)
     if report.categories:
@@ -54,6 +58,14 @@ def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> s
         for title, name in charts:
             lines += ["", f"![{title}]({name})"]
     return "\n".join(lines) + "\n"
+
+
+def _speedup(result: PolicyResult) -> str:
+    """A summary row's speedup, with its interval where the bench drew one (tools/report.py's speedup_interval)."""
+    if result.speedup_interval is None:
+        return f"{result.speedup_vs_ar:.2f}×"
+    low, high = result.speedup_interval
+    return f"{result.speedup_vs_ar:.2f}× ({low:.2f}–{high:.2f})"
 
 
 def _sweep_table(report: BenchReport) -> list[str]:

@@ -109,9 +109,15 @@ function renderTable(report) {
                    formatNumber(row.tokensPerS, 1), row.speedup == null ? "–" : `${formatNumber(row.speedup)}×`,
                    row.steps == null ? "–" : String(row.steps), row.equality];
     for (const text of cells) tr.append(el("td", {}, text));
+    if (row.speedupInterval) {
+      const [low, high] = row.speedupInterval;
+      tr.children[5].append(" ", el("small", { class: "speedup-interval", "data-testid": "speedup-interval" },
+                                     `(${formatNumber(low)}–${formatNumber(high)})`));
+    }
     tr.lastChild.classList.add("equality");
     body.append(tr);
   }
+  $("results-interval-hint").hidden = !summaryRows(report).some((row) => row.speedupInterval);
 }
 
 function renderCategories(report) {

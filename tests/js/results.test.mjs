@@ -57,6 +57,18 @@ test("summary_rows_spell_equality_out", () => {
   assert.equal(far[0].equality, "differs on 1 prompt (top-2 gaps up to 2.000, above the bf16 near-tie bound 0.5)");
 });
 
+test("a_speedups_interval_is_kept_in_its_row_and_its_two_ends_in_the_csv", () => {
+  const report = { ...REPORT, results: REPORT.results.map((r, i) => ({ ...r, speedup_interval: i ? [1.2, 1.7] : null })) };
+  const rows = summaryRows(report);
+  assert.equal(rows[0].speedupInterval, null);
+  assert.deepEqual(rows[1].speedupInterval, [1.2, 1.7]);
+  assert.equal(summaryRows(REPORT)[1].speedupInterval, null);  // a report from before intervals
+  const lines = resultsCsv(report).trimEnd().split("\n");
+  assert.ok(lines.includes(`${report.results[1].policy},run,,speedup_low,1.2`));
+  assert.ok(lines.includes(`${report.results[1].policy},run,,speedup_high,1.7`));
+  assert.ok(lines.includes("ar,run,,speedup_low,"));
+});
+
 test("ticks_are_round_and_scales_map_ends_to_ends", () => {
   assert.deepEqual(niceTicks(0, 1.32), [0, 0.5, 1, 1.5]);
   assert.deepEqual(niceTicks(0, 7), [0, 2, 4, 6, 8]);

@@ -120,6 +120,8 @@ export function summaryRows(report) {
   return report.results.map((r) => ({
     policy: r.policy, tau: r.tau, delta: r.delta, c: r.c, tokensPerS: r.tokens_per_s,
     speedup: r.policy === report.baseline ? 1 : r.speedup_vs_ar, steps: r.steps,
+    // where 95% of the speedups fall with the prompts drawn again (tools/report.py's speedup_interval); null: none
+    speedupInterval: r.speedup_interval ?? null,
     equality: equalityText(r, report.dtype),
   }));
 }
@@ -218,6 +220,7 @@ export function categoryHeads(report) {
 
 const RUN_METRICS = ["tokens_per_s", "speedup_vs_ar", "tau", "delta", "c", "new_tokens", "steps", "share_draft",
                      "share_verify", "share_other", "identical_to_ar"];
+const INTERVAL_ENDS = ["speedup_low", "speedup_high"]; // speedup_interval's two ends, a row each
 const CATEGORY_METRICS = ["prompts", "new_tokens", "wall_s", "tokens_per_s", "speedup_vs_ar", "tau"];
 const DEPTH_METRICS = ["drafted", "reached", "accepted", "rate", "conditional_rate"];
 
@@ -230,6 +233,7 @@ export function resultsCsv(report) {
   const rows = [["policy", "scope", "key", "metric", "value"]];
   for (const r of report.results) {
     for (const metric of RUN_METRICS) rows.push([r.policy, "run", "", metric, r[metric]]);
+    INTERVAL_ENDS.forEach((metric, end) => rows.push([r.policy, "run", "", metric, r.speedup_interval?.[end]]));
     for (const [name, cell] of Object.entries(r.by_category ?? {})) {
       for (const metric of CATEGORY_METRICS) rows.push([r.policy, "category", name, metric, cell[metric]]);
     }
