@@ -368,8 +368,8 @@ def memory_note(table: CostTable, read_gb_s: list[float], priced: bool = True) -
     one token (t₁), so on a shared VM whose memory reads 35 GB/s at one hour and 66 at the next, a
     4-token forward the table prices at 1.13 t₁ costs 1.55 t₁ (measured on an AMD EPYC, 2026-12-06):
     chain, cast and talon-adaptive then size trees for the other machine. And on that VM the speed moves
-    within seconds (26–52 GB/s in one minute, read every 4 s), so one run's ratios, every policy's
-    against `ar`, average over a slower and a faster machine.
+    within seconds (28.8–52.2 GB/s over one two-minute `specscope bench`, read after every prompt), so one
+    run's ratios, every policy's against `ar`, average over a slower and a faster machine.
 
     >>> table = CostTable.assumed()
     >>> table.meta["floors"] = {"target": {"read_gb_s": 35.3}}
