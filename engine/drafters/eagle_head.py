@@ -146,7 +146,7 @@ class EagleHeadDrafter(Drafter):
         values, indices, lse = self._top_k(draft, min(k, self.head.draft_vocab_size))  # [N, k], [N, k], [N]
         q = (values - lse[:, None]).exp().tolist()  # q = exp(logit - lse): no [N, Vd] softmax written
         self.node_lse.update(zip(frontier, lse.tolist()))
-        tokens = self.head.to_target(indices).tolist()
+        tokens = self.head.to_target_ids(indices.tolist())
         return [Proposal(node=node, token=tokens[i], q=q[i], source=self.name) for i, node in enumerate(frontier)]
 
     def _top_k(self, draft: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -180,6 +180,7 @@ class Eagle3Head(nn.Module):
             f"target embeddings {tuple(embed_tokens.shape)} do not fit a head of vocab {self.vocab_size}, hidden {hidden}")
         self._embed = embed_tokens  # a plain attribute: not a parameter, not in the state dict
         self._draft_index: list[int] | None = None  # [V] target id -> draft id, -1 outside
+        self._target_ids: list[int] | None = None  # [Vd] draft id -> target id
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
@@ -217,6 +218,16 @@ class Eagle3Head(nn.Module):
     def to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids -> target ids."""
         return draft_ids if self.d2t is None else draft_ids + self.d2t[draft_ids]
+
+    def to_target_ids(self, draft_ids: list[list[int]]) -> list[list[int]]:
+        """`to_target` for a frontier's top-k ids as Python lists, read off a list made once: a draft layer's
+        few ids, where two torch ops on a tiny tensor cost tens of microseconds after a target forward."""
+        if self.d2t is None:
+            return draft_ids
+        if self._target_ids is None:  # built on first use: the buffers are final by then
+            self._target_ids = self.to_target(torch.arange(self.draft_vocab_size, device=self.d2t.device)).tolist()
+        target = self._target_ids
+        return [[target[i] for i in row] for row in draft_ids]
 
     def target_logits(self, state: torch.Tensor) -> torch.Tensor:
         """[N, H] -> [N, V] float32 logits over the target vocabulary, -inf outside the draft vocabulary."""
@@ -270,7 +281,7 @@ def set_vocab_map(head: Eagle3Head, draft_to_target: torch.Tensor) -> None:
     head.d2t.copy_(draft_to_target - torch.arange(head.draft_vocab_size))
     head.t2d.zero_()
     head.t2d[draft_to_target] = True
-    head._draft_index = None
+    head._draft_index = head._target_ids = None
 
 
 def load_head(path: str | Path, embed_tokens: torch.Tensor, dtype: torch.dtype = torch.float32) -> Eagle3Head:
