@@ -17,7 +17,7 @@ from tools.report import (REPORT_VERSION, BenchReport, CostCurve, cost_curve, re
                           speedup_interval)
 from tools.report_markdown import markdown_table, memory_reading
 from test_cli import run_cli, tiny_target, write_prompts  # noqa: F401  (tiny_target is a fixture)
-from tools.plots import CHARTS, nice_ticks, write_plots
+from tools.plots import CHARTS, nice_ticks, speedup_chart, write_plots
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,6 +83,15 @@ def test_each_speedup_carries_the_interval_its_prompts_drawn_again_give(report):
     rows = [row.model_dump() for row in others[0].per_prompt]
     assert speedup_interval(rows[:2], [row.model_dump() for row in ar.per_prompt]) is None  # two prompts: no interval
     assert speedup_interval(rows, [row.model_dump() for row in ar.per_prompt]) == others[0].speedup_interval
+
+
+def test_the_speedup_chart_draws_each_interval_as_a_whisker(report):
+    root = ET.fromstring(speedup_chart(report))
+    whiskers = {line.get("data-policy"): (float(line.get("data-low")), float(line.get("data-high")))
+                for line in root.iter(f"{SVG}line") if line.get("class") == "interval"}
+    assert whiskers == {r.policy: pytest.approx(r.speedup_interval, abs=0.005) for r in report.results
+                        if r.speedup_interval}
+    assert "ar" not in whiskers and len(whiskers) == len(report.results) - 1
 
 
 def test_step_shapes_account_for_every_step_and_token(report):

@@ -473,6 +473,9 @@ def test_results_page_says_the_memorys_readings_why_they_matter_and_each_speedup
     assert chain.inner_text().endswith("× (1.14–1.92)")  # the speedup's interval beside it
     assert page.locator("[data-testid=speedup-interval]").count() == 1  # only where the report drew one
     assert "drawn again with replacement" in page.inner_text("#results-interval-hint")
+    whisker = page.locator("svg[data-chart=speedup] line.interval")
+    assert whisker.count() == 1 and whisker.get_attribute("data-policy") == "chain"
+    assert (whisker.get_attribute("data-low"), whisker.get_attribute("data-high")) == ("1.14", "1.92")
     open_report(page, replay_url, fresh_report, tmp_path / "steady.json")  # no readings, no note, no intervals
     assert "memory" not in page.inner_text("#results-meta") and not note.is_visible()
     assert page.locator("[data-testid=speedup-interval]").count() == 0 and not page.is_visible("#results-interval-hint")

@@ -61,9 +61,10 @@ def colour_of(results: list[PolicyResult]) -> dict[str, str]:
 
 
 def speedup_series(report: BenchReport) -> list[dict[str, Any]]:
-    """[{label, value, baseline}] in the report's order; ar reads 1.00 by definition."""
+    """[{label, value, baseline, interval}] in the report's order; ar reads 1.00 by definition; interval: the
+    speedup's (low, high) with the prompts drawn again (tools/report.py's speedup_interval), else None."""
     return [{"label": r.policy, "value": 1.0 if r.policy == "ar" else r.speedup_vs_ar,
-             "baseline": is_baseline(r.policy)} for r in report.results]
+             "baseline": is_baseline(r.policy), "interval": r.speedup_interval} for r in report.results]
 
 
 def tau_by_category_series(report: BenchReport) -> dict[str, Any]:
@@ -259,7 +260,7 @@ def speedup_chart(report: BenchReport) -> str:
     svg = Svg("Speedup vs ar (tokens/s over ar's, same prompts)", height=max(200, 96 + 28 * len(bars)),
               left=16 + 7 * max(map(len, names), default=4))
     x0, x1, y0, y1 = svg.plot
-    values = [b["value"] for b in bars if b["value"] is not None]
+    values = [b["value"] for b in bars if b["value"] is not None] + [b["interval"][1] for b in bars if b["interval"]]
     scale = Linear(0, max(nice_ticks(0, 1.15 * max(values + [1.0]))), x0, x1)  # room for the value labels
     ticks = nice_ticks(0, scale.high)
     svg.x_axis(scale, ticks, "speedup vs ar (×)", tick_text=lambda t: f"{fmt(t)}×")
@@ -273,7 +274,16 @@ def speedup_chart(report: BenchReport) -> str:
         svg.add("rect", x=float(x0), y=y, width=max(scale(bar["value"]) - x0, 1.0), height=height,
                 fill=colours[bar["label"]], data_policy=bar["label"], data_value=fmt(bar["value"]),
                 data_baseline=str(bar["baseline"]).lower(), fill_opacity=0.55 if bar["baseline"] else None)
-        svg.text(scale(bar["value"]) + 4, y + height / 2 + 4, f"{bar['value']:.2f}×", class_="value")
+        right = scale(bar["value"])
+        if bar["interval"]:  # a whisker over where 95% of the speedups fall with the prompts drawn again
+            low, high = bar["interval"]
+            middle = y + height / 2
+            svg.add("line", x1=scale(low), y1=middle, x2=scale(high), y2=middle, stroke="#222", class_="interval",
+                    data_policy=bar["label"], data_low=fmt(low), data_high=fmt(high))
+            for end in (low, high):
+                svg.add("line", x1=scale(end), y1=middle - 4, x2=scale(end), y2=middle + 4, stroke="#222")
+            right = max(right, scale(high))
+        svg.text(right + 4, y + height / 2 + 4, f"{bar['value']:.2f}×", class_="value")
     svg.add("line", x1=scale(1.0), y1=float(y1), x2=scale(1.0), y2=float(y0), stroke="#222",
             stroke_dasharray="4 3", class_="reference")
     return svg.render("speedup")

@@ -63,6 +63,7 @@ test("a_speedups_interval_is_kept_in_its_row_and_its_two_ends_in_the_csv", () =>
   assert.equal(rows[0].speedupInterval, null);
   assert.deepEqual(rows[1].speedupInterval, [1.2, 1.7]);
   assert.equal(summaryRows(REPORT)[1].speedupInterval, null);  // a report from before intervals
+  assert.deepEqual(speedupSeries(report).map((b) => b.interval), [null, [1.2, 1.7], [1.2, 1.7]]);
   const lines = resultsCsv(report).trimEnd().split("\n");
   assert.ok(lines.includes(`${report.results[1].policy},run,,speedup_low,1.2`));
   assert.ok(lines.includes(`${report.results[1].policy},run,,speedup_high,1.7`));

@@ -49,6 +49,7 @@ export function coloursOf(results, baseline) {
 export function speedupSeries(report) {
   return report.results.map((r) => ({
     label: r.policy, value: r.policy === report.baseline ? 1 : r.speedup_vs_ar ?? null, baseline: isBaseline(r.policy),
+    interval: r.speedup_interval ?? null, // [low, high] with the prompts drawn again (tools/report.py), else null
   }));
 }
 

@@ -83,11 +83,13 @@ export function speedupChart(bars, colours, { width = 640 } = {}) {
   // Baselines are told by their grey and the caption, not by a suffix that would take a third of a phone's width.
   const names = bars.map((b) => b.label);
   const left = 16 + 7 * Math.max(4, ...names.map((n) => n.length));
-  const caption = bars.some((b) => b.baseline) ? "grey: Hugging Face's own decoding (hf-…), same prompts" : null;
+  const caption = [bars.some((b) => b.baseline) ? "grey: Hugging Face's own decoding (hf-…), same prompts" : null,
+                   bars.some((b) => b.interval) ? "whiskers: where 95% of the speedups fall with the prompts drawn again"
+                     : null].filter(Boolean).join("; ") || null;
   const chart = frame({ title: "Speedup vs ar (tokens/s over ar's, same prompts)", kind: "speedup", left, width,
                         height: Math.max(180, 70 + 30 * bars.length), top: 8, caption });
   const { x0, x1, y0, y1 } = chart.plot;
-  const values = bars.map((b) => b.value).filter((v) => v != null);
+  const values = [...bars.map((b) => b.value).filter((v) => v != null), ...bars.filter((b) => b.interval).map((b) => b.interval[1])];
   const scale = linear(0, niceMax(values.map((v) => v * 1.15)), x0, x1);
   axisX(chart, scale, niceTicks(0, scale.high), "speedup vs ar (×)", (t) => `${tickText(t)}×`);
   const band = (y0 - y1) / Math.max(bars.length, 1);
@@ -100,8 +102,20 @@ export function speedupChart(bars, colours, { width = 640 } = {}) {
                                  "fill-opacity": bar.baseline ? 0.55 : null, "data-policy": bar.label,
                                  "data-value": bar.value.toFixed(2), "data-baseline": String(bar.baseline) });
     rect.append(svgEl("title", {}, `${bar.label}: ${bar.value.toFixed(2)}× ar's tokens/s`));
-    chart.svg.append(rect, svgEl("text", { x: scale(bar.value) + 4, y: y + h / 2 + 4, class: "value" },
-                                 `${bar.value.toFixed(2)}×`));
+    chart.svg.append(rect);
+    let right = scale(bar.value);
+    if (bar.interval) { // a whisker over where 95% of the speedups fall with the prompts drawn again
+      const [low, high] = bar.interval;
+      const middle = y + h / 2;
+      const whisker = svgEl("line", { x1: scale(low), y1: middle, x2: scale(high), y2: middle, class: "interval",
+                                      "data-policy": bar.label, "data-low": low.toFixed(2), "data-high": high.toFixed(2) });
+      whisker.append(svgEl("title", {}, `${bar.label}: 95% of the speedups with the prompts drawn again fall in ` +
+                                        `${low.toFixed(2)}–${high.toFixed(2)}×`));
+      chart.svg.append(whisker, ...[low, high].map((end) => svgEl("line", { x1: scale(end), y1: middle - 4, x2: scale(end),
+                                                                           y2: middle + 4, class: "interval-end" })));
+      right = Math.max(right, scale(high));
+    }
+    chart.svg.append(svgEl("text", { x: right + 4, y: y + h / 2 + 4, class: "value" }, `${bar.value.toFixed(2)}×`));
   });
   referenceLine(chart, scale(1), y1, scale(1), y0);
   return chart.figure;
