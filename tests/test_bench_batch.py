@@ -34,6 +34,7 @@ def test_every_policy_at_batch_two_is_identical_to_ar_at_the_same_batch(batched)
 
 def test_a_batched_report_keeps_total_and_per_request_speeds(batched):
     ar = batched.result("ar")
+    assert batched.interval is None  # no speedup has an interval to say how it was drawn
     for result in batched.results:
         assert result.tokens_per_s_per_request == pytest.approx(
             sum(row.tokens_per_s for row in result.per_prompt) / len(result.per_prompt))

@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from tools.bench import PolicySpec, Prompt, run_bench
 from engine.costs import MEMORY_DRIFT, MEMORY_SWING, CostTable, memory_note
-from tools.report import (REPORT_VERSION, BenchReport, CostCurve, cost_curve, read_report, report_json,
-                          speedup_interval)
+from tools.report import (INTERVAL_DRAWS, INTERVAL_LEVEL, REPORT_VERSION, BenchReport, CostCurve, SpeedupInterval,
+                          cost_curve, read_report, report_json, speedup_interval)
 from tools.report_markdown import markdown_table, memory_reading
 from test_cli import run_cli, tiny_target, write_prompts  # noqa: F401  (tiny_target is a fixture)
 from tools.plots import CHARTS, nice_ticks, speedup_chart, write_plots
@@ -79,7 +79,9 @@ def test_each_speedup_carries_the_interval_its_prompts_drawn_again_give(report):
         if result.policy in ("chain", "talon"):  # ar's tokens on every prompt: each draw's ratio is a mediant
             per_prompt = [row.speedup_vs_ar for row in result.per_prompt]
             assert min(per_prompt) - 1e-9 <= low and high <= max(per_prompt) + 1e-9
+    assert report.interval == SpeedupInterval(level=INTERVAL_LEVEL, draws=INTERVAL_DRAWS)
     assert "drawn again with replacement (2000 draws)" in markdown_table(report)
+    assert "drawn again" not in markdown_table(report.model_copy(update={"interval": None}))
     rows = [row.model_dump() for row in others[0].per_prompt]
     assert speedup_interval(rows[:2], [row.model_dump() for row in ar.per_prompt]) is None  # two prompts: no interval
     assert speedup_interval(rows, [row.model_dump() for row in ar.per_prompt]) == others[0].speedup_interval

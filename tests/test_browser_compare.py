@@ -459,11 +459,13 @@ def test_results_page_shows_per_depth_acceptance_the_histogram_and_the_time_spli
 
 def test_results_page_says_the_memorys_readings_why_they_matter_and_each_speedups_interval(page, replay_url, tmp_path,
                                                                                         fresh_report):
+    from tools.report import SpeedupInterval
     from tools.report_markdown import memory_reading
 
     results = [r.model_copy(update={"speedup_interval": (1.14, 1.92)}) if r.policy == "chain" else r
                for r in fresh_report.results]
     said = fresh_report.model_copy(update={"memory_gb_s": [32.6, 47.7, 29.9, 43.6], "results": results,
+                                           "interval": SpeedupInterval(level=0.95, draws=2000),
                                            "memory_note": "memory read at 29.9–47.7 GB/s during this run …"})
     open_report(page, replay_url, said, tmp_path / "moving.json")
     assert page.inner_text("#results-meta").endswith(memory_reading(said.memory_gb_s))
@@ -472,7 +474,8 @@ def test_results_page_says_the_memorys_readings_why_they_matter_and_each_speedup
     chain = page.locator("[data-testid=results-table] tr[data-policy=chain] td").nth(5)
     assert chain.inner_text().endswith("× (1.14–1.92)")  # the speedup's interval beside it
     assert page.locator("[data-testid=speedup-interval]").count() == 1  # only where the report drew one
-    assert "drawn again with replacement" in page.inner_text("#results-interval-hint")
+    assert "drawn again with replacement (2000 draws)" in page.inner_text("#results-interval-hint")
+    assert "whiskers: where 95% of the speedups fall" in page.inner_text("figure:has(svg[data-chart=speedup])")
     whisker = page.locator("svg[data-chart=speedup] line.interval")
     assert whisker.count() == 1 and whisker.get_attribute("data-policy") == "chain"
     assert (whisker.get_attribute("data-low"), whisker.get_attribute("data-high")) == ("1.14", "1.92")

@@ -65,8 +65,9 @@ from engine.timing import Timings
 from tools.floors import MemoryProbe
 from tools.hf_baseline import is_hf_baseline, run_hf_baseline
 from tools.plots import write_plots
-from tools.report import (REPORT_VERSION, BatchPoint, BenchReport, Breakdown, Divergence, PolicyResult, broken_down,
-                          cost_curve, report_json, speedup_interval)
+from tools.report import (INTERVAL_DRAWS, INTERVAL_LEVEL, REPORT_VERSION, BatchPoint, BenchReport, Breakdown,
+                          Divergence, PolicyResult, SpeedupInterval, broken_down, cost_curve, report_json,
+                          speedup_interval)
 from tools.report_markdown import markdown_table
 
 
@@ -229,7 +230,9 @@ def run_bench(engine: SpecEngine, prompts: list[Prompt | tuple[Any, str]], specs
                        costs=info.costs, prompts=len(prompts), max_new_tokens=max_new_tokens,
                        temperature=temperature, seed=seed,
                        categories=list(dict.fromkeys(prompt.category for prompt in prompts)),
-                       cost_curve=cost_curve(engine.costs), results=results, batch=batch)
+                       cost_curve=cost_curve(engine.costs), results=results, batch=batch,
+                       interval=SpeedupInterval(level=INTERVAL_LEVEL, draws=INTERVAL_DRAWS)
+                       if any(r.speedup_interval for r in results) else None)
 
 
 def repeated(specs: list[PolicySpec], number: int) -> list[PolicySpec]:

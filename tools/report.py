@@ -142,6 +142,13 @@ class CostCurve(BaseModel):
     ratio: list[list[float]]  # [contexts][ns]: ms over the same context's ms at n = 1
 
 
+class SpeedupInterval(BaseModel):
+    """How each result's `speedup_interval` was drawn (`speedup_interval`), for whoever says what it means."""
+
+    level: float  # the central share of the resampled speedups it spans
+    draws: int  # resamples of the prompts
+
+
 class BenchReport(BaseModel):
     report_version: Literal[READABLE_REPORT_VERSIONS]
     target: str
@@ -163,6 +170,7 @@ class BenchReport(BaseModel):
     memory_note: str | None = None  # said where it moved within the run or was off the cost table's (engine/costs.py)
     batch: int = 1  # requests verified in one forward (`bench --batch`)
     batch_sweep: list[BatchPoint] | None = None  # every policy at every batch size of `--batch B1,B2,…`
+    interval: SpeedupInterval | None = None  # how the results' speedup_interval were drawn; None: none were
 
     @model_validator(mode="before")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tools.report import INTERVAL_DRAWS, INTERVAL_LEVEL, BenchReport, PolicyResult
+from tools.report import BenchReport, PolicyResult
 
 
 def memory_reading(speeds: list[float]) -> str:
@@ -45,10 +45,10 @@ def markdown_table(report: BenchReport, charts: list[tuple[str, str]] = ()) -> s
         lines.append(f"| {r.policy} | {_cell(r.tau, '.2f')} | {_cell(r.delta, '.2f')} | {_cell(r.c, '.3f')} "
                      f"| {r.tokens_per_s:.1f} {per_request}| {_speedup(r)} | {_cell(r.steps, 'd')} | {shares} "
                      f"| {_cell(r.share_outside_forwards, '.0%')} | {identical} |")
-    if any(r.speedup_interval for r in report.results):
-        lines += ["", f"Speedup (low–high): where {INTERVAL_LEVEL:.0%} of the speedups fall when the run's prompts "
-                      f"are drawn again with replacement ({INTERVAL_DRAWS} draws): how far these prompts pin the ratio "
-                      "down."]
+    if report.interval is not None:
+        lines += ["", f"Speedup (low–high): where {report.interval.level:.0%} of the speedups fall when the run's "
+                      f"prompts are drawn again with replacement ({report.interval.draws} draws): how far these prompts "
+                      "pin the ratio down."]
     if report.batch_sweep:
         lines += _sweep_table(report)
     if report.categories:

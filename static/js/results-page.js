@@ -5,7 +5,7 @@ import { formatNumber } from "./model/format.js";
 import { baselinePolicy } from "./model/policies.js";
 import {
   PALETTE, acceptLengthSeries, acceptanceByDepthSeries, batchSweepSeries, categoryHeads, categoryRows, checkReport, coloursOf,
-  costSeries, describeReport, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries,
+  costSeries, describeReport, intervalText, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries,
   tauVsSizeSeries, timeSplitSeries, withBaseline,
 } from "./model/results.js";
 import { costChart, speedupChart, tauByCategoryChart, tauVsSizeChart } from "./view/charts.js";
@@ -50,7 +50,7 @@ function drawCharts() {
   const versioned = { ...size, version: reportVersion(shown) };
   $("results-charts").dataset.width = String(size.width);
   const figures = [
-    speedupChart(speedupSeries(shown), colours, size),
+    speedupChart(speedupSeries(shown), colours, { ...size, intervalLevel: shown.interval?.level ?? null }),
     timeSplitChart(timeSplitSeries(shown), size),
     tauByCategoryChart(tauByCategorySeries(shown), colours, size),
     acceptanceByDepthChart(acceptanceByDepthSeries(shown), colours, versioned),
@@ -117,7 +117,8 @@ function renderTable(report) {
     tr.lastChild.classList.add("equality");
     body.append(tr);
   }
-  $("results-interval-hint").hidden = !summaryRows(report).some((row) => row.speedupInterval);
+  $("results-interval-hint").textContent = intervalText(report) ?? "";
+  $("results-interval-hint").hidden = !intervalText(report);
 }
 
 function renderCategories(report) {

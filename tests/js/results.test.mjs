@@ -4,7 +4,7 @@ import { test } from "node:test";
 
 import {
   batchSweepSeries, acceptLengthSeries, acceptanceByDepthSeries, categoryHeads, categoryRows, checkReport, coloursOf, costSeries,
-  describeReport, memoryReading, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
+  describeReport, intervalText, memoryReading, reportVersion, resultsCsv, speedupSeries, summaryRows, tauByCategorySeries, tauVsSizeSeries,
   timeSplitSeries, withBaseline,
 } from "../../static/js/model/results.js";
 import { linear, log2, log2Ticks, niceMax, niceTicks } from "../../static/js/model/scale.js";
@@ -68,6 +68,10 @@ test("a_speedups_interval_is_kept_in_its_row_and_its_two_ends_in_the_csv", () =>
   assert.ok(lines.includes(`${report.results[1].policy},run,,speedup_low,1.2`));
   assert.ok(lines.includes(`${report.results[1].policy},run,,speedup_high,1.7`));
   assert.ok(lines.includes("ar,run,,speedup_low,"));
+  assert.equal(intervalText(REPORT), null);  // drew none
+  assert.equal(intervalText({ ...report, interval: { level: 0.9, draws: 500 } }),
+               "Speedup (low–high): where 90% of the speedups fall when the run's prompts are drawn again with " +
+               "replacement (500 draws): how far these prompts pin the ratio down.");
 });
 
 test("ticks_are_round_and_scales_map_ends_to_ends", () => {

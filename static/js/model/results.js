@@ -49,7 +49,7 @@ export function coloursOf(results, baseline) {
 export function speedupSeries(report) {
   return report.results.map((r) => ({
     label: r.policy, value: r.policy === report.baseline ? 1 : r.speedup_vs_ar ?? null, baseline: isBaseline(r.policy),
-    interval: r.speedup_interval ?? null, // [low, high] with the prompts drawn again (tools/report.py), else null
+    interval: r.speedup_interval ?? null, // [low, high] with the prompts drawn again (report.interval says how)
   }));
 }
 
@@ -102,6 +102,17 @@ export function memoryReading(speeds) {
   const middle = sorted.length >> 1;
   const median = sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
   return `memory read at ${gb(sorted[0])}–${gb(sorted.at(-1))} GB/s (median ${gb(median)} of ${speeds.length} readings)`;
+}
+
+/**
+ * What a report's speedup intervals are, in results.md's words, from how the bench drew them (report.interval:
+ * its level and draws); null for a report that drew none.
+ */
+export function intervalText(report) {
+  const drawn = report.interval;
+  if (!drawn) return null;
+  return `Speedup (low–high): where ${Math.round(drawn.level * 100)}% of the speedups fall when the run's prompts ` +
+         `are drawn again with replacement (${drawn.draws} draws): how far these prompts pin the ratio down.`;
 }
 
 /** Spec-Bench's table: per policy, speedup vs ar and τ in each category, then over the whole run. */

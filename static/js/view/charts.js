@@ -79,12 +79,13 @@ export function note(chart, text) {
 // ---------------------------------------------------------------- the results page's four charts
 
 /** Horizontal bars: speedup vs ar per policy, Hugging Face's decoding in grey, a dashed line at 1×. */
-export function speedupChart(bars, colours, { width = 640 } = {}) {
+export function speedupChart(bars, colours, { width = 640, intervalLevel = null } = {}) {
   // Baselines are told by their grey and the caption, not by a suffix that would take a third of a phone's width.
   const names = bars.map((b) => b.label);
   const left = 16 + 7 * Math.max(4, ...names.map((n) => n.length));
   const caption = [bars.some((b) => b.baseline) ? "grey: Hugging Face's own decoding (hf-…), same prompts" : null,
-                   bars.some((b) => b.interval) ? "whiskers: where 95% of the speedups fall with the prompts drawn again"
+                   bars.some((b) => b.interval) && intervalLevel
+                     ? `whiskers: where ${Math.round(intervalLevel * 100)}% of the speedups fall with the prompts drawn again`
                      : null].filter(Boolean).join("; ") || null;
   const chart = frame({ title: "Speedup vs ar (tokens/s over ar's, same prompts)", kind: "speedup", left, width,
                         height: Math.max(180, 70 + 30 * bars.length), top: 8, caption });
@@ -104,12 +105,12 @@ export function speedupChart(bars, colours, { width = 640 } = {}) {
     rect.append(svgEl("title", {}, `${bar.label}: ${bar.value.toFixed(2)}× ar's tokens/s`));
     chart.svg.append(rect);
     let right = scale(bar.value);
-    if (bar.interval) { // a whisker over where 95% of the speedups fall with the prompts drawn again
+    if (bar.interval) { // a whisker over the speedup's interval with the prompts drawn again (tools/report.py)
       const [low, high] = bar.interval;
       const middle = y + h / 2;
       const whisker = svgEl("line", { x1: scale(low), y1: middle, x2: scale(high), y2: middle, class: "interval",
                                       "data-policy": bar.label, "data-low": low.toFixed(2), "data-high": high.toFixed(2) });
-      whisker.append(svgEl("title", {}, `${bar.label}: 95% of the speedups with the prompts drawn again fall in ` +
+      whisker.append(svgEl("title", {}, `${bar.label}: the speedups with the prompts drawn again fall in ` +
                                         `${low.toFixed(2)}–${high.toFixed(2)}×`));
       chart.svg.append(whisker, ...[low, high].map((end) => svgEl("line", { x1: scale(end), y1: middle - 4, x2: scale(end),
                                                                            y2: middle + 4, class: "interval-end" })));
