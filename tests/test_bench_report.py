@@ -94,6 +94,8 @@ def test_the_speedup_chart_draws_each_interval_as_a_whisker(report):
     assert whiskers == {r.policy: pytest.approx(r.speedup_interval, abs=0.005) for r in report.results
                         if r.speedup_interval}
     assert "ar" not in whiskers and len(whiskers) == len(report.results) - 1
+    assert "whiskers: where 95% of the speedups fall" in speedup_chart(report)
+    assert "whiskers" not in speedup_chart(report.model_copy(update={"interval": None}))
 
 
 def test_step_shapes_account_for_every_step_and_token(report):

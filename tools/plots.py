@@ -257,8 +257,9 @@ def speedup_chart(report: BenchReport) -> str:
     bars = speedup_series(report)
     colours = colour_of(report.results)
     names = [bar["label"] for bar in bars]  # Hugging Face's baselines (hf-…) are told by their grey
-    svg = Svg("Speedup vs ar (tokens/s over ar's, same prompts)", height=max(200, 96 + 28 * len(bars)),
-              left=16 + 7 * max(map(len, names), default=4))
+    drawn = report.interval  # how the whiskers' intervals were drawn; None: there are none
+    svg = Svg("Speedup vs ar (tokens/s over ar's, same prompts)", height=max(200, 96 + 28 * len(bars)) + 16 * bool(drawn),
+              left=16 + 7 * max(map(len, names), default=4), top=40 + 16 * bool(drawn))
     x0, x1, y0, y1 = svg.plot
     values = [b["value"] for b in bars if b["value"] is not None] + [b["interval"][1] for b in bars if b["interval"]]
     scale = Linear(0, max(nice_ticks(0, 1.15 * max(values + [1.0]))), x0, x1)  # room for the value labels
@@ -275,7 +276,7 @@ def speedup_chart(report: BenchReport) -> str:
                 fill=colours[bar["label"]], data_policy=bar["label"], data_value=fmt(bar["value"]),
                 data_baseline=str(bar["baseline"]).lower(), fill_opacity=0.55 if bar["baseline"] else None)
         right = scale(bar["value"])
-        if bar["interval"]:  # a whisker over where 95% of the speedups fall with the prompts drawn again
+        if bar["interval"]:  # a whisker over the speedup's interval with the prompts drawn again
             low, high = bar["interval"]
             middle = y + height / 2
             svg.add("line", x1=scale(low), y1=middle, x2=scale(high), y2=middle, stroke="#222", class_="interval",
@@ -286,6 +287,9 @@ def speedup_chart(report: BenchReport) -> str:
         svg.text(right + 4, y + height / 2 + 4, f"{bar['value']:.2f}×", class_="value")
     svg.add("line", x1=scale(1.0), y1=float(y1), x2=scale(1.0), y2=float(y0), stroke="#222",
             stroke_dasharray="4 3", class_="reference")
+    if drawn:
+        svg.text(8, 36, f"whiskers: where {drawn.level:.0%} of the speedups fall with the prompts drawn "
+                 f"again ({drawn.draws} draws)", class_="legend")
     return svg.render("speedup")
 
 
