@@ -113,9 +113,8 @@ def _best_seconds(fn, device: torch.device, repeats: int, touch: bool = True) ->
 
 def measure_read_gb_s(device: torch.device, mib: int = READ_MIB, repeats: int = 5) -> float:
     """GB/s of summing a float32 tensor of `mib` MiB (the best of `repeats`: closest to an idle machine)."""
-    data = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
-    seconds = _best_seconds(lambda: data.sum(), device, repeats)
-    return data.numel() * 4 / seconds / 1e9
+    probe = MemoryProbe(device, mib)
+    return max(probe.read() for _ in range(repeats))
 
 
 def arithmetic_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:

@@ -117,8 +117,9 @@ function renderTable(report) {
     tr.lastChild.classList.add("equality");
     body.append(tr);
   }
-  $("results-interval-hint").textContent = intervalText(report) ?? "";
-  $("results-interval-hint").hidden = !intervalText(report);
+  const hint = intervalText(report);
+  $("results-interval-hint").textContent = hint ?? "";
+  $("results-interval-hint").hidden = !hint;
 }
 
 function renderCategories(report) {

@@ -666,7 +666,8 @@ class NativeHead:
         """The HeadStep of n pairs with what does not change from call to call filled in (dimensions, weights,
         norms, scratch), made once per size and binding of the weights: one field set per input and output a call,
         not thirty, which after a target forward has swept the caches cost tens of microseconds a draft forward."""
-        scratch, prepared = self._scratch(n)
+        scratch = self._scratch(n)
+        prepared = self._prepared_calls.get(n)
         if prepared is None or prepared[0] != self._version:
             call = HeadStep(dims=ctypes.pointer(self.dims), n=n, norm_before_residual=int(self.head.norm_before_residual),
                             layer=ctypes.addressof(self.layer), hidden_norm=_address(self.norms[1]),
@@ -678,9 +679,9 @@ class NativeHead:
             prepared = self._prepared_calls[n] = (self._version, call)
         return prepared[1]
 
-    def _scratch(self, n: int) -> tuple[list[torch.Tensor], tuple | None]:
+    def _scratch(self, n: int) -> list[torch.Tensor]:
         """The step's scratch for n pairs (attention input, normed, qkv, heads' outputs, projected, gate/up,
-        SiLU·up), made once per size, and the HeadStep prepared over it (`_prepared`), if any."""
+        SiLU·up), made once per size."""
         if n not in self._buffers:
             dims, new = self.dims, functools.partial(torch.empty, dtype=torch.bfloat16)
             hidden, inter, width = dims.hidden, dims.inter, (dims.heads + 2 * dims.kv_heads) * dims.head_dim
@@ -689,7 +690,7 @@ class NativeHead:
                 self._prepared_calls.clear()  # each points into its size's scratch
             self._buffers[n] = [new(n, 2 * hidden), new(n, hidden), new(n, width), new(n, dims.heads * dims.head_dim),
                                 new(n, hidden), new(n, 2 * inter), new(n, inter)]
-        return self._buffers[n], self._prepared_calls.get(n)
+        return self._buffers[n]
 
 
 def kernel_rows(masked: torch.Tensor | None, n: int, a: int, b: int) -> torch.Tensor | None:
