@@ -132,6 +132,34 @@ def test_the_cache_compacted_to_a_path_continues_as_if_only_that_path_was_fed(ke
 
 
 @needs_kernel
+def test_a_caches_key_tiles_give_the_bits_of_transposing_every_key_in_every_call(kernel_path):
+    """A session keeps its keys in tiles where the kernel reads them so (forward.c's Sequence) and another
+    transposes every key in every call: through a prompt in two parts, a tree that grows the cache, a
+    compaction that moves rows inside earlier tiles, decoding, and a crop into a tile, both give the same bits."""
+    lm, _, _ = lms(seed=9)
+    kept, transposed = lm.session(), lm.session()
+    transposed._new_key_tiles = lambda capacity: None
+    transposed.key_tiles = None
+    assert (kept.key_tiles is not None) == lm.kernel.reads_key_tiles  # AVX512 builds; AVX2 scores read key rows
+    prefix = [(11 * i) % 200 for i in range(250)]
+    tree = random_tree(size=30, vocab=lm.config.vocab_size, seed=3)
+    path = path_to(tree.parent, len(tree) - 1)
+    outputs = {}
+    for name, session in (("kept", kept), ("transposed", transposed)):
+        steps = [session.forward_chain(prefix[:203]).logits, session.forward_chain(prefix[203:]).logits]
+        steps.append(session.forward_tree(tree.token, position_ids(tree.depth, len(prefix)),
+                                          tree_attention_allowed(tree.parent, len(prefix))).logits)
+        session.keep(list(range(len(prefix) - 20)) + [len(prefix) - 20 + 2 * i for i in range(10)]
+                     + [len(prefix) + i for i in path])
+        steps += [session.forward_chain([5 + i]).logits for i in range(3)]
+        session.crop(session.cache_len - 7)
+        steps.append(session.forward_chain(list(range(40, 80))).logits)
+        outputs[name] = steps
+    assert kept.capacity > lm.capacity  # the tree grew it
+    assert all(torch.equal(a, b) for a, b in zip(outputs["kept"], outputs["transposed"]))
+
+
+@needs_kernel
 def test_every_policy_is_greedy_identical_to_ar_in_bfloat16_through_the_kernel(kernel_path):
     engine = tiny_engine(dtype=torch.bfloat16, hidden=HIDDEN, sharpness=4.0)
     assert engine.target.forward_name == "native"
@@ -715,6 +743,14 @@ def test_a_batched_kernel_call_checks_every_sequence_at_its_boundary():
         lm.kernel.batch(x, [fits, (bad, torch.tensor([0]), None, bad.capacity)], [])
     with pytest.raises(RuntimeError, match="rotary position outside the cache"):
         lm.kernel.batch(x, [fits, (bad, torch.tensor([bad.capacity]), None, 0)], [])
+    if lm.kernel.reads_key_tiles:  # key tiles off their 64-byte alignment, or claiming columns past the cache
+        shape, size = bad.key_tiles.shape, bad.key_tiles.numel()
+        bad.key_tiles = torch.empty(size + 16, dtype=torch.int32)[1:size + 1].view(shape)
+        with pytest.raises(RuntimeError, match="dimensions it cannot block"):
+            lm.kernel.batch(x, [fits, (bad, torch.tensor([0]), None, 0)], [])
+        bad.key_tiles, bad.tiled = torch.empty(shape, dtype=torch.int32), bad.capacity + 1
+        with pytest.raises(RuntimeError, match="dimensions it cannot block"):
+            lm.kernel.batch(x, [fits, (bad, torch.tensor([0]), None, 0)], [])
 
 
 @needs_kernel

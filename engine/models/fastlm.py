@@ -134,9 +134,15 @@ class FastLM(LanguageModel):
         self.length = 0
         self.kv = torch.empty(0, dtype=self.dtype, device=self.device)  # [L, 2, kv, C, d] once grown
         self.cos = self.sin_signed = self.kv  # [C, d] each once grown
+        # the cached keys as the kernel scores them, where it reads them so (forward.c's Sequence): columns
+        # [0, tiled) match the cache, and whatever moves or drops cached rows lowers `tiled`
+        self.key_tiles: torch.Tensor | None = None  # [L, kv, C / 16, d / 2, 16] int32
+        self.tiled = 0
+        self.kernel = None
         self._grow(MIN_CAPACITY)
         self.kernel, self.kernel_reason = self._bind_kernel(name) if kernel else (None, "not asked for")
         self.kernel_max_tokens = self.kernel.max_tokens if self.kernel else 0  # per call; longer forwards are cut
+        self.key_tiles = self._new_key_tiles(self.capacity)
 
     def _bind_kernel(self, name: str) -> tuple[native.NativeForward | None, str | None]:
         """The native kernel bound to these weights, or None and why it cannot run them (said once where
@@ -172,23 +178,26 @@ class FastLM(LanguageModel):
         return self.kv.shape[3] if self.kv.dim() == 5 else 0
 
     def reset(self) -> None:
-        self.length = 0
+        self.length = self.tiled = 0
 
     def crop(self, length: int) -> None:
         """Drops every cached position from `length` on."""
         self.length = min(self.length, length)
+        self.tiled = min(self.tiled, self.length)
 
     @torch.inference_mode()
     def keep(self, positions: list[int]) -> None:
         """Compacts the cache to the given increasing sequence positions (one gather for all layers)."""
         kvcache.gather_positions(self.kv, 3, positions)  # [L, 2, kv, C, d]: positions on dim 3
         self.length = len(positions)
+        moved = next((slot for slot, position in enumerate(positions) if slot != position), self.length)
+        self.tiled = min(self.tiled, moved)
 
     def session(self) -> "FastLM":
         """Another FastLM over these weights (and this kernel) with an empty cache of its own: the weights
         are shared, not copied, so a batch of B requests holds B caches and one model."""
         other = copy.copy(self)  # shallow: the layers, embeddings and kernel are this model's
-        other.length = 0
+        other.length = other.tiled = 0
         other.kv = other.cos = other.sin_signed = torch.empty(0, dtype=self.dtype, device=self.device)
         other._grow(MIN_CAPACITY)
         return other
@@ -246,7 +255,7 @@ class FastLM(LanguageModel):
         outputs, row = {}, 0
         for index, share, seen in zip(indices, chosen, features):
             n = len(share.tokens)
-            share.lm.length += n
+            share.lm.length = share.lm.tiled = share.lm.length + n
             hidden = tuple(seen[wanted.index(layer % layers)] for layer in share.hidden_layers)
             outputs[index] = NarrowOutput(logits[row:row + n], hidden, native.widen)
             row += n
@@ -281,6 +290,7 @@ class FastLM(LanguageModel):
             lm, n = share.lm, len(share.tokens)
             lm._grow(lm.length + n)
             parts.append(_Part(lm, slice(row, row + n), lm.length, lm._mask(share.masked, n, lm.length)))
+            lm.tiled = min(lm.tiled, lm.length)  # torch writes these rows, not their tiles
             row += n
         tokens = [token for share in shares for token in share.tokens]
         x = self.embed[torch.tensor(tokens, device=self.device)]  # [ΣN, H]
@@ -317,7 +327,7 @@ class FastLM(LanguageModel):
             b = min(n, a + step)
             rows = native.kernel_rows(masked, n, a, b)
             part, seen = self.kernel(x[a:b], positions[a:b], rows, start + a, wanted, cache=self, logits=want_logits)
-            self.length = start + b
+            self.length = self.tiled = start + b
             logits.append(part)
             features.append(seen)
         if len(features) == 1:  # every decode and verify step: nothing to join
@@ -373,6 +383,12 @@ class FastLM(LanguageModel):
         bias[:, start + n - masked.shape[1]:].masked_fill_(~masked.cpu(), float("-inf"))
         return {"attn_mask": bias.to(self.device)[None, None]}
 
+    def _new_key_tiles(self, capacity: int) -> torch.Tensor | None:
+        """Room for the cache's keys in tiles, [L, kv, C / 16, d / 2, 16], where the kernel runs and reads them."""
+        if self.kernel is None or not self.kernel.reads_key_tiles:
+            return None
+        return torch.empty(len(self.layers), self.kv_heads, capacity // 16, self.head_dim // 2, 16, dtype=torch.int32)
+
     def _grow(self, needed: int) -> None:
         """Reallocates the cache (doubling) and the RoPE table to hold `needed` positions, keeping what
         the cache holds."""
@@ -386,6 +402,7 @@ class FastLM(LanguageModel):
         if self.length:
             kv[:, :, :, :self.length] = self.kv[:, :, :, :self.length]
         self.kv = kv
+        self.key_tiles, self.tiled = self._new_key_tiles(capacity), 0  # the next kernel call tiles the cache again
         self.cos, self.sin_signed = native.rope_tables(self.rotary, capacity, self.dtype, self.head_dim, self.device)
 
 

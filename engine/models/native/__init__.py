@@ -144,19 +144,20 @@ class LayerWeights(ctypes.Structure):
 
 class Forward(ctypes.Structure):
     _fields_ = ([("dims", ctypes.POINTER(Dims))]
-                + [(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns", "threads")]
+                + [(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns", "threads", "tiled")]
                 + [(name, ctypes.c_void_p) for name in
-                   ("positions", "cos", "sin_signed", "kv", "mask", "layers", "final_norm", "lm_head",
+                   ("positions", "cos", "sin_signed", "kv", "key_tiles", "mask", "layers", "final_norm", "lm_head",
                     "lm_head_tiles", "lm_head_pairs", "x",
                     "normed", "qkv", "heads_out", "projected", "gate_up", "mlp", "logits", "features",
                     "feature_slot", "timings")])
 
 
 class Sequence(ctypes.Structure):
-    """One sequence of a batched forward (forward.c's `Sequence`): its rows, cache, positions and mask."""
+    """One sequence of a batched forward (forward.c's `Sequence`): its rows, cache (and the cache's key tiles),
+    positions and mask."""
 
-    _fields_ = ([(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns")]
-                + [(name, ctypes.c_void_p) for name in ("positions", "cos", "sin_signed", "kv", "mask")])
+    _fields_ = ([(name, ctypes.c_int) for name in ("n", "start", "capacity", "masked_columns", "tiled")]
+                + [(name, ctypes.c_void_p) for name in ("positions", "cos", "sin_signed", "kv", "key_tiles", "mask")])
 
 
 class HeadStep(ctypes.Structure):
@@ -193,6 +194,7 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.native_widen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     library.native_widen.restype = None
     library.native_max_tokens.restype = ctypes.c_int
+    library.native_reads_key_tiles.restype = ctypes.c_int
     library.native_amx_active.restype = ctypes.c_int
     library.native_use_amx.argtypes = [ctypes.c_int]
     library.native_use_amx.restype = None
@@ -301,6 +303,7 @@ class NativeForward:
             for l in lm.layers])
         self.lm = lm
         self.max_tokens = self.library.native_max_tokens()
+        self.reads_key_tiles = bool(self.library.native_reads_key_tiles())  # a cache's keys in tiles (Sequence)
         self.pairs: list[torch.Tensor] | None = None  # the weights paired, for the dot-product path
         self.tiles: list[torch.Tensor] | None = None  # the weights in tiles, for the AMX path's wide products
         self.lm_head_tiles = None
@@ -354,6 +357,7 @@ class NativeForward:
         call.masked_columns = 0 if mask is None else mask.shape[1]
         call.positions, call.cos, call.sin_signed = _address(positions), _address(lm.cos), _address(lm.sin_signed)
         call.kv, call.mask = _address(lm.kv), _address(mask)
+        call.key_tiles, call.tiled = _address(lm.key_tiles), lm.tiled
         code = self.library.forward(ctypes.byref(call))
         if code:
             raise refused(code, "forward")
@@ -377,6 +381,7 @@ class NativeForward:
             slot.masked_columns = 0 if mask is None else mask.shape[1]
             slot.positions, slot.cos, slot.sin_signed = _address(positions), _address(lm.cos), _address(lm.sin_signed)
             slot.kv, slot.mask = _address(lm.kv), _address(mask)
+            slot.key_tiles, slot.tiled = _address(lm.key_tiles), lm.tiled
             spans.append((row, row + n))
             row += n
         assert row == x.shape[0], (row, x.shape)

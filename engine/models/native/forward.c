@@ -526,6 +526,9 @@ int native_amx_active(void) {
  * at most this many, which gives the same bits: no output depends on the tokens beside it). */
 int native_max_tokens(void) { return MAX_TOKENS; }
 
+/* Whether a cache's key tiles (Sequence) are read here: on AVX512 builds; AVX2 scores read keys by row. */
+int native_reads_key_tiles(void) { return AVX512; }
+
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ alone, for the draft head's products: one parallel region. `Wt`: W in
  * AMX's tiles (matmul_amx) or NULL; `Wp`: W paired (matmul_pairs), needed where AMX is not active. */
 int linear(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, int R, bf16 *out,
@@ -618,15 +621,25 @@ static inline __attribute__((always_inline)) void score_block(const Queries *Q, 
     for (int i = 0; i < QUERIES && i < Q->count; i++) _mm512_mask_storeu_ps(scores + (size_t)i * S + c0, lanes, acc[i]);
 }
 
-static void score_pairs(const Queries *Q, const bf16 *K, int S, int d, float *scores) {
-    uint32_t keys[128 * 16] __attribute__((aligned(64))); /* [d / 2][16] */
-    for (int c0 = 0; c0 < S; c0 += 16) { /* rows past S are cache slots not yet written: their lanes are dropped */
-        for (int m = 0; m < d / 32; m++) {
-            __m512i rows[16];
-            for (int c = 0; c < 16; c++) rows[c] = _mm512_loadu_si512(K + (size_t)(c0 + c) * d + 32 * m);
-            transpose16(rows); /* rows[p]: pair 16 m + p of the 16 columns */
-            for (int p = 0; p < 16; p++) _mm512_store_si512(keys + (16 * m + p) * 16, rows[p]);
-        }
+/* Keys [c0, c0 + 16) of K [C, d] as score_block reads them, [d / 2 pairs][16 columns]: the 16 rows transposed
+ * (rows past the ones written are cache slots whose lanes are dropped). */
+static void tile_keys(const bf16 *K, int c0, int d, uint32_t *tile) {
+    for (int m = 0; m < d / 32; m++) {
+        __m512i rows[16];
+        for (int c = 0; c < 16; c++) rows[c] = _mm512_loadu_si512(K + (size_t)(c0 + c) * d + 32 * m);
+        transpose16(rows); /* rows[p]: pair 16 m + p of the 16 columns */
+        for (int p = 0; p < 16; p++) _mm512_store_si512(tile + (16 * m + p) * 16, rows[p]);
+    }
+}
+
+/* `tiles`: K's columns already in tiles, [C / 16][d / 2][16] (a cache's key tiles, see Sequence), or NULL:
+ * then every block of queries transposes the keys it reads, 16 columns at a time. */
+static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, int S, int d, float *scores) {
+    uint32_t own[128 * 16] __attribute__((aligned(64))); /* [d / 2][16] */
+    for (int c0 = 0; c0 < S; c0 += 16) {
+        const uint32_t *keys = own;
+        if (tiles) keys = tiles + (size_t)c0 * (d / 2);
+        else tile_keys(K, c0, d, own);
         if (Q->count <= 4) score_block(Q, keys, d, c0, S, scores, 4);
         else if (Q->count <= 8) score_block(Q, keys, d, c0, S, scores, 8);
         else score_block(Q, keys, d, c0, S, scores, 16);
@@ -648,7 +661,8 @@ static inline float sum8(__m256 v) {
 /* AVX2: a score is q · k over the dims 8 at a time (one FMA chain per lane, then the lanes summed in a fixed
  * order), four queries' chains at once over one key widened once: a function of q and k alone, whichever
  * block, column or slot they sit in, as the bit-for-bit argument needs (exact products of bf16 values). */
-static void score_pairs(const Queries *Q, const bf16 *K, int S, int d, float *scores) {
+static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, int S, int d, float *scores) {
+    (void)tiles; /* no tiles on AVX2: a score is read down each key's row */
     float q[16][256] __attribute__((aligned(32)));
     for (int i = 0; i < Q->count; i++)
         for (int k = 0; k < d; k += 8) _mm256_store_ps(q[i] + k, widen8(Q->q[i] + k));
@@ -839,10 +853,10 @@ static inline __attribute__((always_inline)) void weigh(Scores P, int S, const i
 #endif
 
 /* softmax(q·Kᵀ / √d) V for a block of queries over S columns, float32 throughout, each output rounded
- * once; `mask` [N, M] (or NULL) says which of the last M columns each query's token sees. `scores`: this
- * thread's scratch, 16 × S rounded up to 16. */
-static void attend(const Queries *Q, const bf16 *K, const bf16 *V, int S, int d, int M, const uint8_t *mask,
-                   int amx, float *scores) {
+ * once; `mask` [N, M] (or NULL) says which of the last M columns each query's token sees; `tiles`: K's
+ * columns in tiles (score_pairs) or NULL. `scores`: this thread's scratch, 16 × S rounded up to 16. */
+static void attend(const Queries *Q, const bf16 *K, const uint32_t *tiles, const bf16 *V, int S, int d, int M,
+                   const uint8_t *mask, int amx, float *scores) {
     const float scale = 1.f / sqrtf((float)d);
     const int by_column = amx; /* the AMX path's layout; weigh adds the denominators only by query */
     const Scores P = by_column ? (Scores){scores, 1, 16} : (Scores){scores, S, 1};
@@ -850,7 +864,7 @@ static void attend(const Queries *Q, const bf16 *K, const bf16 *V, int S, int d,
 #ifdef __AMX_BF16__
     if (by_column) score_amx(Q, K, S, d, scores);
 #endif
-    if (!by_column) score_pairs(Q, K, S, d, scores);
+    if (!by_column) score_pairs(Q, K, tiles, S, d, scores);
     if (mask != NULL)
         for (int i = 0; i < Q->count; i++)
             for (int c = 0; c < M; c++)
@@ -884,10 +898,11 @@ static void attend(const Queries *Q, const bf16 *K, const bf16 *V, int S, int d,
 /* Everything `forward` reads and writes; buffers come from the caller (torch tensors). */
 typedef struct {
     const Dims *dims;
-    int n, start, capacity, masked_columns, threads;
+    int n, start, capacity, masked_columns, threads, tiled;
     const int64_t *positions;          /* [N] rotary positions */
     const bf16 *cos, *sin_signed;      /* [C, d] */
     bf16 *kv;                          /* [L, 2, kv, C, d] */
+    uint32_t *key_tiles;               /* [L, kv, C / 16, d / 2, 16] or NULL: see Sequence */
     const uint8_t *mask;               /* [N, M] or NULL */
     const LayerWeights *layers;        /* [L] */
     const bf16 *final_norm, *lm_head;  /* [H], [V, H] */
@@ -901,12 +916,21 @@ typedef struct {
     double *timings;                   /* [4] seconds added per stage: glue, products, attention, output; or NULL */
 } Forward;
 
-/* One sequence of a batched forward: its rows of x are the next n after the sequences before it. */
+/* One sequence of a batched forward: its rows of x are the next n after the sequences before it.
+ *
+ * Its key tiles: without AMX a score reads 16 keys at a time transposed ([d / 2 pairs][16 columns], see
+ * score_block), and transposing every cached key again for every block of queries cost every forward about
+ * 0.5 ms at cache 512 on the Zen 5 (a decode step takes 9–10), a tree's several blocks more. So a cache
+ * may keep its keys in tiles beside it, `key_tiles` [L, kv, C / 16, d / 2, 16] (64-byte aligned), of which columns [0, tiled) match the cache;
+ * each call tiles again the 16-column tiles from min(tiled, start) through its own rows, in every layer
+ * before its attention, and the caller then counts columns [0, start + n) as tiled (and lowers `tiled` where
+ * it moves or drops cached rows). The same keys in the same order: the same bits as transposing each time. */
 typedef struct {
-    int n, start, capacity, masked_columns;
+    int n, start, capacity, masked_columns, tiled;
     const int64_t *positions;          /* [n] rotary positions */
     const bf16 *cos, *sin_signed;      /* [C, d] */
     bf16 *kv;                          /* [L, 2, kv, C, d] */
+    uint32_t *key_tiles;               /* [L, kv, C / 16, d / 2, 16] or NULL (transposed as read) */
     const uint8_t *mask;               /* [n, M] or NULL */
 } Sequence;
 
@@ -920,17 +944,23 @@ typedef struct {
     int64_t work;                      /* Σ over sequences and KV heads of slots × columns */
     int row_sequence[MAX_TOKENS];
     int first_row[MAX_TOKENS];
+    int first_tile[MAX_TOKENS], tiles[MAX_TOKENS]; /* each sequence's key tiles to make again, per KV head */
+    int tile_units;                    /* Σ over sequences of kv × tiles: a layer's tiling work */
 } Layout;
 
 static void lay_out(const Sequence *seqs, int count, int g, int group, Layout *layout) {
-    layout->count = count, layout->rows = 0, layout->columns = 0, layout->work = 0;
+    layout->count = count, layout->rows = 0, layout->columns = 0, layout->work = 0, layout->tile_units = 0;
     for (int s = 0; s < count; s++) {
-        const int S = seqs[s].start + seqs[s].n;
+        const Sequence *q = &seqs[s];
+        const int S = q->start + q->n, stale = q->tiled < q->start ? q->tiled : q->start;
         layout->first_row[s] = layout->rows;
-        for (int t = 0; t < seqs[s].n; t++) layout->row_sequence[layout->rows + t] = s;
-        layout->rows += seqs[s].n;
-        layout->work += (int64_t)g * seqs[s].n * group * S;
+        for (int t = 0; t < q->n; t++) layout->row_sequence[layout->rows + t] = s;
+        layout->rows += q->n;
+        layout->work += (int64_t)g * q->n * group * S;
         if (S > layout->columns) layout->columns = S;
+        layout->first_tile[s] = stale / 16;
+        layout->tiles[s] = (AVX512 && q->key_tiles) ? up16(S) / 16 - stale / 16 : 0; /* AVX2 reads no tiles */
+        layout->tile_units += g * layout->tiles[s];
     }
 }
 
@@ -955,14 +985,16 @@ static int check_sequence(const Sequence *q) {
         if (q->positions[t] < 0 || q->positions[t] >= q->capacity) return NATIVE_BAD_POSITION;
     if (q->masked_columns < 0 || q->masked_columns > q->start + q->n || (q->masked_columns > 0) != (q->mask != NULL))
         return NATIVE_BAD_MASK;
+    if (q->key_tiles && ((uintptr_t)q->key_tiles % 64 || q->tiled < 0 || q->tiled > q->capacity))
+        return NATIVE_BAD_DIMS;
     return NATIVE_OK;
 }
 
 /* The call's own sequence (`forward`, `head_step`): its fields of Forward. */
 static Sequence sequence_of(const Forward *f) {
     return (Sequence){.n = f->n, .start = f->start, .capacity = f->capacity, .masked_columns = f->masked_columns,
-                      .positions = f->positions, .cos = f->cos, .sin_signed = f->sin_signed, .kv = f->kv,
-                      .mask = f->mask};
+                      .tiled = f->tiled, .positions = f->positions, .cos = f->cos, .sin_signed = f->sin_signed,
+                      .kv = f->kv, .key_tiles = f->key_tiles, .mask = f->mask};
 }
 
 /* What a call may ask, checked before anything is read or written: the dimensions, the paired weights
@@ -1023,6 +1055,30 @@ static inline bf16 *layer_keys(const Sequence *q, int layer, int g, int d) {
     return q->kv + (size_t)layer * 2 * g * q->capacity * d;
 }
 
+/* A sequence's key tiles for this layer's KV head j, [C / 16][d / 2][16], or NULL. */
+static inline uint32_t *head_tiles(const Sequence *q, int layer, int g, int j, int d) {
+    return q->key_tiles ? q->key_tiles + ((size_t)layer * g + j) * q->capacity * (d / 2) : NULL;
+}
+
+/* This layer's stale key tiles made again from the cache (Sequence), shared over the team; the keys of this
+ * call's rows are in the cache already. */
+static void tile_share(const LayerCall *c, int g, int d) {
+#if AVX512
+    const Layout *layout = c->layout;
+#pragma omp for schedule(static)
+    for (int u = 0; u < layout->tile_units; u++) {
+        int s = 0, unit = u;
+        while (unit >= g * layout->tiles[s]) unit -= g * layout->tiles[s++];
+        const Sequence *q = &c->seqs[s];
+        const int j = unit / layout->tiles[s], tile = layout->first_tile[s] + unit % layout->tiles[s];
+        tile_keys(layer_keys(q, c->layer, g, d) + (size_t)j * q->capacity * d, 16 * tile, d,
+                  head_tiles(q, c->layer, g, j, d) + (size_t)tile * 16 * (d / 2));
+    }
+#else
+    (void)c, (void)g, (void)d;
+#endif
+}
+
 /* This thread's share of a layer's attention. The work is every sequence's query slots, KV head by KV
  * head, weighed by the columns each reads; each thread takes an equal run of it and attends it in
  * blocks of up to 16 slots of one KV head, which share every key and value read. (A decode step has one
@@ -1051,8 +1107,8 @@ static void attend_share(const Dims *D, const LayerCall *c, const Layout *layout
                     Q.token[i] = t;
                     Q.out[i] = c->heads_out + ((size_t)(row0 + t) * h + head) * d;
                 }
-                attend(&Q, keys + (size_t)j * q->capacity * d, keys + ((size_t)g + j) * q->capacity * d, S, d,
-                       q->masked_columns, q->mask, amx, c->scores);
+                attend(&Q, keys + (size_t)j * q->capacity * d, head_tiles(q, c->layer, g, j, d),
+                       keys + ((size_t)g + j) * q->capacity * d, S, d, q->masked_columns, q->mask, amx, c->scores);
             }
         }
     }
@@ -1086,6 +1142,7 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
         }
     }
     mark(clock, 0);
+    if (layout->tile_units) tile_share(c, g, d); /* the same count on every thread: all of the team, or none */
     attend_share(D, c, layout, group, width, amx);
     mark(clock, 2);
     matmul(c->heads_out, n, h * d, w->o, w->o_tiles, w->o_pairs, H, c->projected, c->packed);
