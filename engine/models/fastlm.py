@@ -188,10 +188,9 @@ class FastLM(LanguageModel):
     @torch.inference_mode()
     def keep(self, positions: list[int]) -> None:
         """Compacts the cache to the given increasing sequence positions (one gather for all layers)."""
-        kvcache.gather_positions(self.kv, 3, positions)  # [L, 2, kv, C, d]: positions on dim 3
+        in_place = kvcache.gather_positions(self.kv, 3, positions)  # [L, 2, kv, C, d]: positions on dim 3
         self.length = len(positions)
-        moved = next((slot for slot, position in enumerate(positions) if slot != position), self.length)
-        self.tiled = min(self.tiled, moved)
+        self.tiled = min(self.tiled, in_place)  # the rows after those moved
 
     def session(self) -> "FastLM":
         """Another FastLM over these weights (and this kernel) with an empty cache of its own: the weights

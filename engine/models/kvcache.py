@@ -33,13 +33,14 @@ def cache_length(cache: DynamicCache | None) -> int:
     return cache.get_seq_length() if cache is not None else 0
 
 
-def gather_positions(tensor: torch.Tensor, dim: int, positions: list[int]) -> None:
+def gather_positions(tensor: torch.Tensor, dim: int, positions: list[int]) -> int:
     """Moves the entries at the increasing sequence `positions` along `dim` to the front, in place: KV
     compaction for either cache (a DynamicCache's keys and values, FastLM's one tensor). The leading
-    positions that already sit where they belong are not copied.
+    positions that already sit where they belong are not copied; returns how many those are.
 
     >>> t = torch.arange(6)
     >>> gather_positions(t, 0, [0, 1, 3, 5])
+    2
     >>> t[:4].tolist()
     [0, 1, 3, 5]
     """
@@ -49,6 +50,7 @@ def gather_positions(tensor: torch.Tensor, dim: int, positions: list[int]) -> No
     if shared < len(positions):
         moved = torch.tensor(positions[shared:], dtype=torch.long, device=tensor.device)
         tensor.narrow(dim, shared, len(positions) - shared).copy_(tensor.index_select(dim, moved))
+    return shared
 
 
 def keep_positions(cache: DynamicCache, positions: list[int]) -> None:
