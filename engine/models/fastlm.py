@@ -134,11 +134,11 @@ class FastLM(LanguageModel):
         self.length = 0
         self.kv = torch.empty(0, dtype=self.dtype, device=self.device)  # [L, 2, kv, C, d] once grown
         self.cos = self.sin_signed = self.kv  # [C, d] each once grown
-        # the cached keys as the kernel scores them, where it reads them so (forward.c's Sequence): columns
-        # [0, tiled) match the cache, and whatever moves or drops cached rows lowers `tiled`
+        # the cached keys as the kernel scores them, where it reads them so (forward.c's Sequence; as many bytes
+        # as the keys): columns [0, tiled) match the cache, and whatever moves or drops cached rows lowers `tiled`
         self.key_tiles: torch.Tensor | None = None  # [L, kv, C / 16, d / 2, 16] int32
         self.tiled = 0
-        self.kernel = None
+        self.kernel = None  # bound below, once the cache exists; until then no tiles (`_new_key_tiles`)
         self._grow(MIN_CAPACITY)
         self.kernel, self.kernel_reason = self._bind_kernel(name) if kernel else (None, "not asked for")
         self.kernel_max_tokens = self.kernel.max_tokens if self.kernel else 0  # per call; longer forwards are cut
