@@ -139,9 +139,10 @@ static inline void store_rows(bf16 *out, int r, int R, __m512 v) { /* out[r .. r
 
 #if AVX512
 /* Rows [16 v0, 16 (v0 + VECS)) of one 32-row group (v0 + VECS ≤ 2) for tokens t0 … t0 + TOKENS − 1. */
-static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
-                                                              int r0, int v0, int t0, bf16 *out,
-                                                              const int VECS, const int TOKENS) {
+static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, const float *widened, int K,
+                                                              const uint32_t *Wp, int R, int r0, int v0, int t0,
+                                                              bf16 *out, const int VECS, const int TOKENS) {
+    (void)widened;
     __m512 acc[2][PAIR_TOKENS];
     for (int i = 0; i < VECS; i++)
         for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm512_setzero_ps();
@@ -163,7 +164,11 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
 #else
 /* The same block on AVX2, in 8-row halves, each `vdpbf16ps` as its two FMAs (avx2.h's dot_pairs, the same
  * order): a weight vector's and a token's pair split into their odd and even elements as float32 (a mask and
- * a shift), then one FMA per element. Two shapes, since 16 ymm registers hold 8 accumulators:
+ * a shift), then one FMA per element. A token's elements come broadcast from `widened`, its activations
+ * widened to float32 once per product (widen_tokens), where a product has 3 tokens or more: split per block,
+ * a token's pair cost two vector ops beside its four FMAs, on the two pipes of the four that also shift, and
+ * 3 tokens or more are bound by the FMAs (NULL: split here). Two shapes, since 16 ymm registers hold 8
+ * accumulators:
  * - up to 2 tokens: 32 rows (2 × 2 halves) × 2 tokens, every pair's weights used once as they stream in;
  * - 3 or 4 tokens: 16 rows × 4 tokens at a time, over a run of CHUNK_PAIRS pairs (8 KB of weights, 32 rows),
  *   then the other 16 rows over the same run from L1, the accumulators kept in memory between runs. So 4
@@ -178,19 +183,50 @@ static inline __attribute__((always_inline)) void split_pairs(__m256i pairs, __m
     *even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
 }
 
-static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int K, const uint32_t *Wp, int R,
-                                                              int r0, int v0, int t0, bf16 *out,
-                                                              const int VECS, const int TOKENS) {
+/* Each thread's float32 copy of a product's activations, grown as needed and kept: the team's threads live as
+ * long as the process (each widens all n tokens for itself, so no barrier waits on it). */
+static __thread float *widened_buffer;
+static __thread size_t widened_capacity;
+
+/* x [n, K] as float32 [n, K] (exact: a shift) in this thread's buffer; NULL where it could not grow, and the
+ * blocks then split each token's pairs themselves (the same values). K is a multiple of 32 (linear checks). */
+static const float *widen_tokens(const bf16 *x, int n, int K) {
+    const size_t count = (size_t)n * K;
+    if (count > widened_capacity) {
+        float *grown = aligned_alloc(64, (count * sizeof(float) + 63) / 64 * 64);
+        if (grown == NULL) return NULL;
+        free(widened_buffer);
+        widened_buffer = grown, widened_capacity = count;
+    }
+    for (size_t i = 0; i < count; i += 8) {
+        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_store_ps(widened_buffer + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+    }
+    return widened_buffer;
+}
+
+/* Token j's elements 2p + 1 (odd) and 2p (even) of pair p, from the widened activations or split here. */
+static inline __attribute__((always_inline)) void token_pair(const uint32_t *xs, const float *xw, int K, int j,
+                                                             int p, __m256 *odd, __m256 *even) {
+    if (xw != NULL) {
+        *odd = _mm256_broadcast_ss(xw + (size_t)j * K + 2 * p + 1);
+        *even = _mm256_broadcast_ss(xw + (size_t)j * K + 2 * p);
+    } else split_pairs(_mm256_set1_epi32((int)xs[(size_t)j * (K / 2) + p]), odd, even);
+}
+
+static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, const float *widened, int K,
+                                                              const uint32_t *Wp, int R, int r0, int v0, int t0,
+                                                              bf16 *out, const int VECS, const int TOKENS) {
     const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS + 16 * v0;
     const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
+    const float *xw = widened != NULL ? widened + (size_t)t0 * K : NULL;
     if (TOKENS <= 2) {
         __m256 acc[4][2];
         for (int i = 0; i < 2 * VECS; i++)
             for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm256_setzero_ps();
         for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
             __m256 odd_x[2], even_x[2];
-            for (int j = 0; j < TOKENS; j++)
-                split_pairs(_mm256_set1_epi32((int)xs[(size_t)j * (K / 2) + p]), &odd_x[j], &even_x[j]);
+            for (int j = 0; j < TOKENS; j++) token_pair(xs, xw, K, j, p, &odd_x[j], &even_x[j]);
             for (int i = 0; i < 2 * VECS; i++) {
                 __m256 odd, even;
                 split_pairs(_mm256_loadu_si256((const __m256i *)(w + 8 * i)), &odd, &even);
@@ -222,7 +258,7 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
                     split_pairs(_mm256_loadu_si256((const __m256i *)(wv + 8 * i)), &odd[i], &even[i]);
                 for (int j = 0; j < TOKENS; j++) {
                     __m256 odd_x, even_x;
-                    split_pairs(_mm256_set1_epi32((int)xs[(size_t)j * (K / 2) + p]), &odd_x, &even_x);
+                    token_pair(xs, xw, K, j, p, &odd_x, &even_x);
                     for (int i = 0; i < 2; i++)
                         acc[i][j] = _mm256_fmadd_ps(even[i], even_x, _mm256_fmadd_ps(odd[i], odd_x, acc[i][j]));
                 }
@@ -238,10 +274,10 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, int
 #endif
 
 /* pairs_block with its bounds as constants, so the accumulators stay in registers. */
-static void pairs_block_of(const bf16 *x, int K, const uint32_t *Wp, int R, int r0, int v0, int vecs, int t0,
-                           int tokens, bf16 *out) {
+static void pairs_block_of(const bf16 *x, const float *widened, int K, const uint32_t *Wp, int R, int r0, int v0,
+                           int vecs, int t0, int tokens, bf16 *out) {
 /* counts past PAIR_TOKENS never come (matmul_pairs cuts the tokens by it): clamped, they name no larger block */
-#define PAIRS_BLOCK(V, T) pairs_block(x, K, Wp, R, r0, v0, t0, out, V, (T) < PAIR_TOKENS ? (T) : PAIR_TOKENS)
+#define PAIRS_BLOCK(V, T) pairs_block(x, widened, K, Wp, R, r0, v0, t0, out, V, (T) < PAIR_TOKENS ? (T) : PAIR_TOKENS)
 #define PAIRS_TOKENS(V)                                                                         \
     switch (tokens) {                                                                           \
     case 1: PAIRS_BLOCK(V, 1); break;                                                           \
@@ -269,12 +305,17 @@ static void pairs_block_of(const bf16 *x, int K, const uint32_t *Wp, int R, int 
  * block over a group while its weights are in L1 or L2. The cut changes no sum (see above). */
 static void matmul_pairs(const bf16 *x, int n, int K, const uint32_t *Wp, int R, bf16 *out) {
     const int vectors = (R + 15) / 16, team = omp_get_num_threads(), me = omp_get_thread_num();
+#if AVX512
+    const float *widened = NULL;
+#else
+    const float *widened = n >= 3 ? widen_tokens(x, n, K) : NULL;
+#endif
     const int first = (int)((int64_t)vectors * me / team), last = (int)((int64_t)vectors * (me + 1) / team);
     for (int v = first; v < last;) {
         const int group = v / 2, v0 = v % 2, vecs = (last - v < 2 - v0 ? last - v : 2 - v0);
         for (int t0 = 0; t0 < n; t0 += PAIR_TOKENS)
-            pairs_block_of(x, K, Wp, R, group * PAIR_ROWS, v0, vecs, t0, n - t0 < PAIR_TOKENS ? n - t0 : PAIR_TOKENS,
-                           out);
+            pairs_block_of(x, widened, K, Wp, R, group * PAIR_ROWS, v0, vecs, t0,
+                           n - t0 < PAIR_TOKENS ? n - t0 : PAIR_TOKENS, out);
         v += vecs;
     }
 #pragma omp barrier
