@@ -764,35 +764,38 @@ static void score_amx(const Queries *Q, const bf16 *K, int S, int d, float *p) {
 }
 #endif
 
+/* e^((s − top) · factor) lane by lane, masked (−∞) scores exactly 0. */
+static inline __m512 soften16(__m512 s, __m512 top, __m512 factor) {
+    const __mmask16 seen = _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+    return _mm512_maskz_mov_ps(seen, exp16(_mm512_mul_ps(_mm512_sub_ps(s, top), factor)));
+}
+
 /* Scores by column → e^((s − max) / √d) in place, masked (−∞) entries exactly 0; total[i] = query i's sum,
  * added down the columns in order, one term each (see weigh). */
 static void soften_columns(float *p, int S, float scale, float *total) {
     __m512 best = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps(), factor = _mm512_set1_ps(scale);
     for (int c = 0; c < S; c++) best = _mm512_max_ps(best, _mm512_load_ps(p + (size_t)c * 16));
     for (int c = 0; c < S; c++) {
-        __m512 s = _mm512_load_ps(p + (size_t)c * 16);
-        __mmask16 seen = _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-        __m512 e = _mm512_maskz_mov_ps(seen, exp16(_mm512_mul_ps(_mm512_sub_ps(s, best), factor)));
+        __m512 e = soften16(_mm512_load_ps(p + (size_t)c * 16), best, factor);
         _mm512_store_ps(p + (size_t)c * 16, e);
         sum = _mm512_add_ps(sum, e);
     }
     _mm512_storeu_ps(total, sum);
 }
 
-/* One query's scores [S] → e^((s − max) / √d) in place, masked columns exactly 0. */
+/* One query's scores [S] → e^((s − max) / √d) in place, masked columns exactly 0. Whole blocks of 16 are read
+ * and written plainly and only the last, partial one under a mask: on AVX2 (avx2.h) a masked store is
+ * `vmaskmovps`, which a Zen 3 runs at about one per dozen cycles, and taking every block masked made this
+ * loop 7 cycles a score, as long as the scores themselves. Maxima and e^x are lane by lane: the same bits. */
 static void soften_row(float *row, int S, float scale) {
+    const int whole = S & ~15;
+    const __mmask16 tail = (__mmask16)((1u << (S - whole)) - 1);
     __m512 best = _mm512_set1_ps(-INFINITY);
-    for (int c = 0; c < S; c += 16) {
-        __mmask16 lanes = S - c >= 16 ? 0xffff : (__mmask16)((1u << (S - c)) - 1);
-        best = _mm512_max_ps(best, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), lanes, row + c));
-    }
-    __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(best)), factor = _mm512_set1_ps(scale);
-    for (int c = 0; c < S; c += 16) {
-        __mmask16 lanes = S - c >= 16 ? 0xffff : (__mmask16)((1u << (S - c)) - 1);
-        __m512 s = _mm512_maskz_loadu_ps(lanes, row + c);
-        __mmask16 seen = _mm512_mask_cmp_ps_mask(lanes, s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-        _mm512_mask_storeu_ps(row + c, lanes, _mm512_maskz_mov_ps(seen, exp16(_mm512_mul_ps(_mm512_sub_ps(s, top), factor))));
-    }
+    for (int c = 0; c < whole; c += 16) best = _mm512_max_ps(best, _mm512_loadu_ps(row + c));
+    if (tail) best = _mm512_max_ps(best, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail, row + whole));
+    const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(best)), factor = _mm512_set1_ps(scale);
+    for (int c = 0; c < whole; c += 16) _mm512_storeu_ps(row + c, soften16(_mm512_loadu_ps(row + c), top, factor));
+    if (tail) _mm512_mask_storeu_ps(row + whole, tail, soften16(_mm512_maskz_loadu_ps(tail, row + whole), top, factor));
 }
 
 #define QUERIES 6
