@@ -140,6 +140,28 @@ def test_the_engine_names_the_path_its_profiled_table_is_saved_at_and_read_from(
     assert engine.cost_table_path == tmp_path / "costs" / f"{table.key}.json"
 
 
+def test_a_narrower_profile_keeps_the_saved_table_and_says_what_it_lacks_unless_told_to_replace_it(
+        monkeypatch, tmp_path, capsys):
+    """The floors' command (five n, no draft) must not replace the table the policies price trees with."""
+    monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path))
+    engine = tiny_engine()
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def run(*extra: str) -> str:
+        grid = ["--contexts", "128", "--batches", "1", "--repeats", "1", "--warmup", "0"]
+        assert command(parser.parse_args([*grid, *extra]), engine) == 0
+        return capsys.readouterr().out
+
+    assert "wrote" in run("--ns", "1,2,4")
+    out = run("--ns", "1,4", "--no-draft")
+    assert "kept the saved table" in out and "(n 2; the draft)" in out and "wrote" not in out
+    assert CostTable.load(engine.cost_table_path).ns == [1, 2, 4]
+    assert "wrote" in run("--ns", "1,4", "--no-draft", "--replace")
+    assert CostTable.load(engine.cost_table_path).ns == [1, 4]
+    assert "wrote" in run("--ns", "1,2,4")  # a run that covers the saved table replaces it
+
+
 def test_cli_grid_rounds_contexts_to_the_step_and_caps_n():
     parser = argparse.ArgumentParser()
     add_arguments(parser)

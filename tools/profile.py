@@ -36,6 +36,7 @@ from engine.calibration import is_calibration
 from engine.costs import FASTEST, FASTEST_EVIDENCE, MEMORY_DRIFT, CostTable, ModelCosts
 from engine.drafters.base import run_draft_forwards
 from engine.drafters.eagle_head import EagleHeadDrafter
+from engine.errors import LoadError
 from engine.loading import load_engine
 from engine.models import kvcache
 from engine.models.base import BatchItem
@@ -345,6 +346,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="summary of the timed runs; min suits a machine shared with other jobs")
     parser.add_argument("--no-draft", action="store_true", help="measure the target only")
+    parser.add_argument("--replace", action="store_true",
+                        help="save this table in place of the saved one even where it measures less (fewer batches, "
+                             "contexts, n or no draft): by default a narrower run, such as the floors' five n, "
+                             "prints its times and keeps the saved table the policies price trees with")
     parser.add_argument("--pick-default", action="store_true",
                         help="then run a short interleaved bench (4 held-out prompts × 64 tokens, every policy) and "
                              "record the fastest as the default policy, as `specscope bench --record-default` does")
@@ -359,8 +364,13 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     grid = grid_from_args(args, engine.target.device.type)
     table = profile(engine.target, draft, grid, head=head)
     _keep_recorded_default(engine.costs, table)
-    path = table.save(args.out or engine.cost_table_path)
-    print(f"wrote {path}")
+    path = args.out or engine.cost_table_path
+    missing = None if args.out or args.replace else measured_less(_saved(path), table)
+    if missing:
+        print(f"kept the saved table {path}: this run measured less ({missing}), so it was not saved; "
+              f"--replace saves it in its place, --out PATH elsewhere")
+    else:
+        print(f"wrote {table.save(path)}")
     load = table.meta.get("load_average")
     if load is not None and load > (os.cpu_count() or 1):
         print(f"  warning: load average {load:.1f} on {os.cpu_count()} cores while measuring: times are inflated "
@@ -369,9 +379,45 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
         print("  " + line)
     for line in floor_lines(table):
         print("  " + line)
-    if args.pick_default:
+    if args.pick_default and missing:
+        print("no default picked: it is recorded with the table, and this one was not saved")
+    elif args.pick_default:
         _pick_default(engine, table, path)
     return 0
+
+
+def _saved(path: Path) -> CostTable | None:
+    """The table saved at `path`, or None where there is none (or none this version reads: it is replaced)."""
+    try:
+        return CostTable.load(path) if path.exists() else None
+    except (OSError, ValueError, KeyError, TypeError, LoadError):
+        return None
+
+
+def measured_less(saved: CostTable | None, new: CostTable) -> str | None:
+    """What a saved, measured table has that `new` did not measure (batches, contexts, n, a draft), in words; None
+    where `new` covers it, so replacing it loses nothing. A first-load calibration's table is always replaced.
+
+    >>> from engine.costs import ModelCosts
+    >>> def table(batches, contexts, ns, draft=True):
+    ...     costs = ModelCosts(name="m", ms=[[[1.0] * len(ns)] * len(contexts)] * len(batches), source="measured")
+    ...     return CostTable(device="d", dtype="bfloat16", batches=batches, contexts=contexts, ns=ns, target=costs,
+    ...                      draft=costs if draft else None)
+    >>> wide = table([1, 4], [128, 512, 1024], [1, 2, 3, 4, 8, 16, 32, 64])
+    >>> measured_less(wide, table([1], [512], [1, 4, 16, 32, 64], draft=False))
+    'batches 4; contexts 128, 1024; n 2, 3, 8; the draft'
+    >>> measured_less(wide, table([1, 2, 4], [128, 512, 1024], list(range(1, 65)))) is None
+    True
+    """
+    if saved is None or not saved.measured or is_calibration(saved.meta):
+        return None
+    lacking = [(what, sorted(set(had) - set(got))) for what, had, got in
+               (("batches", saved.batches, new.batches), ("contexts", saved.contexts, new.contexts),
+                ("n", saved.ns, new.ns))]
+    words = [f"{what} {', '.join(map(str, values))}" for what, values in lacking if values]
+    if saved.draft is not None and new.draft is None:
+        words.append("the draft")
+    return "; ".join(words) or None
 
 
 def _keep_recorded_default(old: CostTable, new: CostTable) -> None:
