@@ -16,7 +16,9 @@ CPU_LIKE = CostTable.linear(lam=1.6, delta=42.0)  # every verified token costs
 
 
 def make(table: CostTable, **params) -> TalonAdaptivePolicy:
-    return make_policy("talon-adaptive", {"window": 4, "first_window": 4, **params}, PolicyContext(costs=table))
+    """The moves from a given start: the first tree at N as given (first_cost 0), unless a test says otherwise."""
+    return make_policy("talon-adaptive", {"window": 4, "first_window": 4, "first_cost": 0, **params},
+                       PolicyContext(costs=table))
 
 
 def outcome(tree_size: int, depth: int, accepted: int, verify_ms: float = 50.0, draft_ms: float = 10.0) -> StepOutcome:
@@ -97,7 +99,7 @@ def test_a_budget_move_goes_as_far_as_the_cost_table_predicts_a_gain_not_one_fac
 
 def test_the_first_window_is_one_step_by_default():
     """TALON's 60 nodes are a GPU's budget: on a CPU the first step says so, not the first three."""
-    policy = make_policy("talon-adaptive", {"budget": 60}, PolicyContext(costs=CPU_LIKE))
+    policy = make_policy("talon-adaptive", {"budget": 60, "first_cost": 0}, PolicyContext(costs=CPU_LIKE))
     [shrink] = policy.observe(outcome(60, 5, 2))
     assert shrink.param == "budget" and shrink.new < 60
     assert feed(policy, outcome(shrink.new, 5, 2), policy.params.window - 1) == []  # then every `window` steps
@@ -142,3 +144,18 @@ def test_start_run_restores_the_initial_parameters():
     assert policy.params.budget != 60
     policy.start_run()
     assert (policy.params.budget, policy.params.mu) == (60, 0.03)
+
+
+def test_the_first_tree_is_talons_n_where_verifying_it_is_cheap_and_fewer_nodes_where_it_is_not():
+    """first_cost 2: at most as many nodes as verify in two one-token forwards by the table. CPU_LIKE verifies
+    n tokens in 1.6 n + 42 ms, so 28 tokens (27 nodes and the root) cost 86.8 ≤ 2 × 43.6 and 29 cost 88.4."""
+    cpu = make(CPU_LIKE, budget=60, first_cost=2)
+    assert cpu.params.budget == 27 and cpu.initial.budget == 60
+    feed(cpu, outcome(27, 5, 2), 4)
+    cpu.start_run()  # every request starts there again
+    assert cpu.params.budget == 27
+    assert make(GPU_LIKE, budget=60, first_cost=2).params.budget == 60
+    assert make(CPU_LIKE, budget=60, first_cost=0).params.budget == 60
+    assert make(CPU_LIKE, budget=60, budget_min=40, first_cost=2).params.budget == 40  # none fits: budget_min
+    default = make_policy("talon-adaptive", {}, PolicyContext(costs=CPU_LIKE))
+    assert default.params.first_cost == 2 and default.params.budget == 27

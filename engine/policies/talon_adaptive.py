@@ -24,6 +24,12 @@ the cost table:
        the depth drafted (accepted/depth ≥ 0.6) deeper trees pay: raise μ; if
        it rejects early (≤ 0.3) hedge: lower μ; in between, keep the last direction.
 Every change is returned as an Adjustment with the numbers behind it.
+
+The first tree is TALON's N where verifying it costs at most `first_cost`
+one-token forwards in the cost table (a GPU: about one), else the largest N
+that does: on a 2-core CPU a 60-node tree verifies in 3 to 16 one-token
+forwards, and every request used to pay one such step before the first move.
+The run's opening event carries the N it starts at.
 """
 
 from __future__ import annotations
@@ -39,12 +45,15 @@ from engine.policies.talon import TalonParams, TalonPolicy
 
 PRIOR_TOKENS_PER_DOUBLING = 0.3
 MAX_FACTORS = 4  # a budget move goes at most budget_factor⁴ up or down at once
+FIRST_CONTEXT = 512  # cached tokens the first tree is priced at (a ratio of verify costs barely moves with it)
 
 
 class TalonAdaptiveParams(TalonParams):
     window: int = Field(3, ge=2, le=128, description="steps measured before each adjustment")
     first_window: int = Field(1, ge=1, le=128, description="steps measured before the first: TALON's budget is "
                                                            "a GPU's, and on a CPU a step at N = 60 costs three")
+    first_cost: float = Field(2.0, ge=0, le=64, description="the first tree's N is at most as many nodes as verify "
+                                                         "in this many one-token forwards by the cost table (0: N)")
     # 8 held it at 0.62x ar on a Zen 3 (AVX2), where 9 tokens verify at 2.5 one-token forwards
     budget_min: int = Field(2, ge=1, le=512, validate_default=True, description="lowest node budget N")
     budget_max: int = Field(256, ge=1, le=512, validate_default=True, description="highest node budget N")
@@ -135,8 +144,19 @@ class TalonAdaptivePolicy(TalonPolicy):
         self.start_run()
 
     def start_run(self) -> None:
-        self.params = self.initial
+        self.params = self.initial.model_copy(update={"budget": self._first_budget()})
         self.state = AdaptState()
+
+    def _first_budget(self) -> int:
+        """N for a request's first tree: the given N, or the most nodes from budget_min up whose verify costs at most
+        first_cost one-token forwards in the cost table (budget_min where none does)."""
+        p = self.initial
+        if not p.first_cost:
+            return p.budget
+        limit = p.first_cost * self.costs.verify_cost(1, FIRST_CONTEXT, self.batch)
+        fits = [n for n in range(p.budget_min, p.budget + 1)
+                if self.costs.verify_cost(n + 1, FIRST_CONTEXT, self.batch) <= limit]
+        return max(fits, default=p.budget_min)
 
     def observe(self, outcome: StepOutcome) -> list[Adjustment]:
         self.state.window.add(outcome)
