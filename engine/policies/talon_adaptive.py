@@ -52,8 +52,8 @@ class TalonAdaptiveParams(TalonParams):
     window: int = Field(3, ge=2, le=128, description="steps measured before each adjustment")
     first_window: int = Field(1, ge=1, le=128, description="steps measured before the first: TALON's budget is "
                                                            "a GPU's, and on a CPU a step at N = 60 costs three")
-    first_cost: float = Field(2.0, ge=0, le=64, description="the first tree's N is at most as many nodes as verify "
-                                                         "in this many one-token forwards by the cost table (0: N)")
+    first_cost: float = Field(2.0, ge=0, le=64, description="the first tree: at most the nodes that verify in this "
+                                                         "many one-token forwards by the cost table (0: Budget)")
     # 8 held it at 0.62x ar on a Zen 3 (AVX2), where 9 tokens verify at 2.5 one-token forwards
     budget_min: int = Field(2, ge=1, le=512, validate_default=True, description="lowest node budget N")
     budget_max: int = Field(256, ge=1, le=512, validate_default=True, description="highest node budget N")
