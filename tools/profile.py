@@ -33,10 +33,9 @@ from typing import Any, Callable
 import torch
 
 from engine.calibration import is_calibration
-from engine.costs import FASTEST, FASTEST_EVIDENCE, MEMORY_DRIFT, CostTable, ModelCosts
+from engine.costs import FASTEST, FASTEST_EVIDENCE, MEMORY_DRIFT, CostTable, ModelCosts, resolve_costs
 from engine.drafters.base import run_draft_forwards
 from engine.drafters.eagle_head import EagleHeadDrafter
-from engine.errors import LoadError
 from engine.loading import load_engine
 from engine.models import kvcache
 from engine.models.base import BatchItem
@@ -365,7 +364,7 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     table = profile(engine.target, draft, grid, head=head)
     _keep_recorded_default(engine.costs, table)
     path = args.out or engine.cost_table_path
-    missing = None if args.out or args.replace else measured_less(_saved(path), table)
+    missing = None if args.out or args.replace else measured_less(resolve_costs(None, path), table)
     if missing:
         print(f"kept the saved table {path}: this run measured less ({missing}), so it was not saved; "
               f"--replace saves it in its place, --out PATH elsewhere")
@@ -386,17 +385,10 @@ def command(args: argparse.Namespace, engine: Any | None = None) -> int:
     return 0
 
 
-def _saved(path: Path) -> CostTable | None:
-    """The table saved at `path`, or None where there is none (or none this version reads: it is replaced)."""
-    try:
-        return CostTable.load(path) if path.exists() else None
-    except (OSError, ValueError, KeyError, TypeError, LoadError):
-        return None
-
-
-def measured_less(saved: CostTable | None, new: CostTable) -> str | None:
+def measured_less(saved: CostTable, new: CostTable) -> str | None:
     """What a saved, measured table has that `new` did not measure (batches, contexts, n, a draft), in words; None
-    where `new` covers it, so replacing it loses nothing. A first-load calibration's table is always replaced.
+    where `new` covers it, so replacing it loses nothing. An assumed table (none saved, or one of an older format) and
+    a first-load calibration's are always replaced.
 
     >>> from engine.costs import ModelCosts
     >>> def table(batches, contexts, ns, draft=True):
@@ -409,7 +401,7 @@ def measured_less(saved: CostTable | None, new: CostTable) -> str | None:
     >>> measured_less(wide, table([1, 2, 4], [128, 512, 1024], list(range(1, 65)))) is None
     True
     """
-    if saved is None or not saved.measured or is_calibration(saved.meta):
+    if not saved.measured or is_calibration(saved.meta):
         return None
     lacking = [(what, sorted(set(had) - set(got))) for what, had, got in
                (("batches", saved.batches, new.batches), ("contexts", saved.contexts, new.contexts),

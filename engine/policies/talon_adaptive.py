@@ -153,9 +153,8 @@ class TalonAdaptivePolicy(TalonPolicy):
         p = self.initial
         if not p.first_cost:
             return p.budget
-        limit = p.first_cost * self.costs.verify_cost(1, FIRST_CONTEXT, self.batch)
-        fits = [n for n in range(p.budget_min, p.budget + 1)
-                if self.costs.verify_cost(n + 1, FIRST_CONTEXT, self.batch) <= limit]
+        prices = self.costs.prices(p.budget + 1, FIRST_CONTEXT, self.batch)  # verify ms of 0 … N + 1 tokens
+        fits = [n for n in range(p.budget_min, p.budget + 1) if prices[n + 1] <= p.first_cost * prices[1]]
         return max(fits, default=p.budget_min)
 
     def observe(self, outcome: StepOutcome) -> list[Adjustment]:
