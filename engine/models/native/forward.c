@@ -167,10 +167,13 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
  * a shift), then one FMA per element. A token's elements come broadcast from `widened`, its activations
  * widened to float32 once per product (widen_tokens), where a product has 3 tokens or more: split per block,
  * a token's pair cost two vector ops beside its four FMAs, on a Zen 3's pipes that also run the FMAs, and from
- * 8 tokens on the products are bound by the FMAs (docs/fastpath.md; NULL: split here). Two shapes, since 16
- * ymm registers hold 8 accumulators:
+ * 8 tokens on the products are bound by the FMAs (docs/fastpath.md; NULL: split here). Three shapes, as 16
+ * ymm registers allow, each accumulator a chain of two dependent FMAs per pair (8 cycles on a Zen 3, where
+ * two FMAs issue a cycle: 8 chains keep both pipes busy, 4 leave them half idle):
  * - up to 2 tokens: 32 rows (2 × 2 halves) × 2 tokens, every pair's weights used once as they stream in;
- * - 3 or 4 tokens: 16 rows × 4 tokens at a time, over a run of CHUNK_PAIRS pairs (8 KB of weights, 32 rows),
+ * - 3 tokens as a product's first block (token_block): 32 rows × 3 tokens in one pass, 12 chains, the
+ *   weights prefetched as they stream in (a 3-token forward on the Zen 3 12.3 ms, 13.8 as 2 passes of 16 rows);
+ * - 4 tokens (3 in a later block or a lone 16-row vector): 16 rows × 4 tokens at a time, over a run of CHUNK_PAIRS pairs (8 KB of weights, 32 rows),
  *   then the other 16 rows over the same run from L1, the accumulators kept in memory between runs. So 4
  *   tokens are one pass over the weights, their arithmetic running while the next run streams in: as 32 × 2
  *   blocks they took a second pass from cache, with the memory idle (a 4-token forward cost 1.6 one-token
@@ -239,6 +242,28 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
                 store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R, of_halves(acc[2 * i][j], acc[2 * i + 1][j]));
         return;
     }
+    if (TOKENS == 3 && VECS == 2 && t0 == 0) { /* 32 rows × 3 tokens in one pass: 12 chains, so the FMAs' latency hides */
+        __m256 acc[4][3];
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 3; j++) acc[i][j] = _mm256_setzero_ps();
+        for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
+            _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS + 16), _MM_HINT_T0);
+            for (int i = 0; i < 4; i++) {
+                __m256 odd, even;
+                split_pairs(_mm256_loadu_si256((const __m256i *)(w + 8 * i)), &odd, &even);
+                for (int j = 0; j < 3; j++) {
+                    __m256 odd_x, even_x;
+                    token_pair(xs, xw, K, j, p, &odd_x, &even_x);
+                    acc[i][j] = _mm256_fmadd_ps(even, even_x, _mm256_fmadd_ps(odd, odd_x, acc[i][j]));
+                }
+            }
+        }
+        for (int j = 0; j < 3; j++)
+            for (int i = 0; i < 2; i++)
+                store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R, of_halves(acc[2 * i][j], acc[2 * i + 1][j]));
+        return;
+    }
     __m256 kept[2][2][4]; /* [vector][half][token]: between runs */
     for (int v = 0; v < VECS; v++)
         for (int i = 0; i < 2; i++)
@@ -252,8 +277,13 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
             const uint32_t *wv = w + (size_t)p0 * PAIR_ROWS + 16 * v;
             for (int p = p0; p < p1; p++, wv += PAIR_ROWS) {
                 __m256 odd[2], even[2];
-                if (v == 0) _mm_prefetch((const char *)(wv + PREFETCH_PAIRS * PAIR_ROWS), _MM_HINT_T0);
-                if (v == 0 && VECS == 2) _mm_prefetch((const char *)(wv + PREFETCH_PAIRS * PAIR_ROWS + 16), _MM_HINT_T0);
+                /* the next run's pairs, asked for over both passes (one of their two lines each), so the
+                 * memory streams while the second pass computes from L1 (4–8 tokens 2–5 % faster) */
+                if (VECS == 2) _mm_prefetch((const char *)(wv + CHUNK_PAIRS * PAIR_ROWS), _MM_HINT_T0);
+                else {
+                    _mm_prefetch((const char *)(wv + CHUNK_PAIRS * PAIR_ROWS), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(wv + CHUNK_PAIRS * PAIR_ROWS + 16), _MM_HINT_T0);
+                }
                 for (int i = 0; i < 2; i++)
                     split_pairs(_mm256_loadu_si256((const __m256i *)(wv + 8 * i)), &odd[i], &even[i]);
                 for (int j = 0; j < TOKENS; j++) {
@@ -299,6 +329,20 @@ static void pairs_block_of(const bf16 *x, const float *widened, int K, const uin
 #undef PAIRS_BLOCK
 }
 
+/* How many tokens the block from token t0 of n takes. AVX-512: PAIR_TOKENS at a time. AVX2: 4 at a time, but
+ * a first block of 3 where n mod 4 is 3, and 3 first and 2 last where it is 1 (5 = 3 + 2): the first block
+ * streams the weights from memory, and 3 tokens do that in one pass (pairs_block), while the later blocks
+ * read them from cache, where a lone token's 4 chains wait on the FMAs' latency as long as 2 tokens' 8 do. */
+static inline int token_block(int n, int t0) {
+    const int left = n - t0;
+#if AVX512
+    return left < PAIR_TOKENS ? left : PAIR_TOKENS;
+#else
+    if (t0 == 0 && n > 1 && (n % 4 == 3 || n % 4 == 1)) return 3;
+    return left < 4 ? left : 4; /* after a first 3, n mod 4 = 1 leaves 2 last */
+#endif
+}
+
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ from the paired weights, called by every thread of the team. Each
  * thread takes an equal run of the ⌈R/16⌉ 16-row vectors (so a 576-row product leaves neither of two
  * threads idle while the other finishes a block), streams it group by group, and runs every token
@@ -313,9 +357,10 @@ static void matmul_pairs(const bf16 *x, int n, int K, const uint32_t *Wp, int R,
     const int first = (int)((int64_t)vectors * me / team), last = (int)((int64_t)vectors * (me + 1) / team);
     for (int v = first; v < last;) {
         const int group = v / 2, v0 = v % 2, vecs = (last - v < 2 - v0 ? last - v : 2 - v0);
-        for (int t0 = 0; t0 < n; t0 += PAIR_TOKENS)
-            pairs_block_of(x, widened, K, Wp, R, group * PAIR_ROWS, v0, vecs, t0,
-                           n - t0 < PAIR_TOKENS ? n - t0 : PAIR_TOKENS, out);
+        for (int t0 = 0, tokens; t0 < n; t0 += tokens) {
+            tokens = token_block(n, t0);
+            pairs_block_of(x, widened, K, Wp, R, group * PAIR_ROWS, v0, vecs, t0, tokens, out);
+        }
         v += vecs;
     }
 #pragma omp barrier
