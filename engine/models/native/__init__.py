@@ -744,8 +744,9 @@ def widen(x: torch.Tensor) -> torch.Tensor:
 def argmax_row(logits: torch.Tensor, row: int) -> int:
     """The index of the largest value of row `row` of float32 or bfloat16 logits [R, V] on the CPU,
     contiguous: the first where several tie (a NaN first of all), as `int(logits[row].argmax())` answers,
-    in a C call of a few µs where torch takes ~60 for a row of 49 152. A bf16 row answers as its float32
-    widening would (widening is exact): a greedy walk reads the kernel's logits without widening them."""
+    in one C call where torch takes ~60 µs for a row of 49 152 (11–14 µs on the AVX2 Zen 3, less with
+    AVX-512). A bf16 row answers as its float32 widening would (widening is exact): a greedy walk reads
+    the kernel's logits without widening them."""
     assert logits.dtype in (torch.float32, torch.bfloat16) and logits.dim() == 2 and logits.is_contiguous(), \
         (logits.dtype, logits.shape)
     assert 0 <= row < logits.shape[0], (row, logits.shape)

@@ -1521,8 +1521,8 @@ static inline __attribute__((always_inline)) int64_t argmax_of(const void *x, in
     __m512 most = _mm512_set1_ps(-INFINITY);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512i at = lane; /* a lane that never beats −∞ answers its first index */
-    __mmask16 nan = 0;
-    int v = 0;
+    int nan = 0, v = 0;
+#if AVX512
     for (; v + 16 <= V; v += 16) {
         const __m512 s = narrow ? load16((const bf16 *)x + v) : _mm512_loadu_ps((const float *)x + v);
         const __mmask16 better = _mm512_cmp_ps_mask(s, most, _CMP_GT_OQ);
@@ -1530,6 +1530,23 @@ static inline __attribute__((always_inline)) int64_t argmax_of(const void *x, in
         most = _mm512_mask_mov_ps(most, better, s);
         at = _mm512_mask_mov_epi32(at, better, _mm512_add_epi32(lane, _mm512_set1_epi32(v)));
     }
+#else /* the same lanes in two halves, the comparisons kept as vectors (avx2.h's masks go through 16-bit integers) */
+    __m256 best_half[2] = {lo_of(most), hi_of(most)}, unordered = _mm256_setzero_ps();
+    __m256i at_half[2] = {lo_int(at), hi_int(at)};
+    for (; v + 16 <= V; v += 16) {
+        const __m512 s = narrow ? load16((const bf16 *)x + v) : _mm512_loadu_ps((const float *)x + v);
+        const __m256 half[2] = {lo_of(s), hi_of(s)};
+        for (int h = 0; h < 2; h++) {
+            const __m256 better = _mm256_cmp_ps(half[h], best_half[h], _CMP_GT_OQ);
+            unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(half[h], half[h], _CMP_UNORD_Q));
+            best_half[h] = _mm256_blendv_ps(best_half[h], half[h], better);
+            at_half[h] = _mm256_blendv_epi8(at_half[h], _mm256_add_epi32(lo_int(lane), _mm256_set1_epi32(v + 8 * h)),
+                                            _mm256_castps_si256(better));
+        }
+    }
+    nan = _mm256_movemask_ps(unordered);
+    most = of_halves(best_half[0], best_half[1]), at = of_int_halves(at_half[0], at_half[1]);
+#endif
     float values[16];
     int32_t indices[16];
     _mm512_storeu_ps(values, most);
