@@ -303,6 +303,29 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
 }
 #endif
 
+#if !AVX512
+/* One token over two 32-row groups (rows [64 j, 64 j + 64)), pairs_block's ≤ 2-token chains in their order:
+ * 8 chains where one group gives a lone token 4, which wait on their FMAs' latency half the time. That wait
+ * is hidden where the weights stream from memory (a decode step) but not where they come from cache: the
+ * draft head's step (17 MB, from L3) and the last token of a tree's products. */
+static void one_token_groups(const bf16 *x, int K, const uint32_t *Wp, int R, int group, bf16 *out) {
+    const uint32_t *w = Wp + (size_t)group * (K / 2) * PAIR_ROWS, *xs = (const uint32_t *)x;
+    const size_t next = (size_t)(K / 2) * PAIR_ROWS; /* the second group's pairs */
+    __m256 acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
+        __m256 odd_x, even_x;
+        split_pairs(_mm256_set1_epi32((int)xs[p]), &odd_x, &even_x);
+        for (int i = 0; i < 8; i++) {
+            __m256 odd, even;
+            split_pairs(_mm256_loadu_si256((const __m256i *)(w + (i / 4) * next + 8 * (i % 4))), &odd, &even);
+            acc[i] = _mm256_fmadd_ps(even, even_x, _mm256_fmadd_ps(odd, odd_x, acc[i]));
+        }
+    }
+    for (int v = 0; v < 4; v++) store_rows(out, group * PAIR_ROWS + 16 * v, R, of_halves(acc[2 * v], acc[2 * v + 1]));
+}
+#endif
+
 /* pairs_block with its bounds as constants, so the accumulators stay in registers. */
 static void pairs_block_of(const bf16 *x, const float *widened, int K, const uint32_t *Wp, int R, int r0, int v0,
                            int vecs, int t0, int tokens, bf16 *out) {
@@ -356,6 +379,13 @@ static void matmul_pairs(const bf16 *x, int n, int K, const uint32_t *Wp, int R,
 #endif
     const int first = (int)((int64_t)vectors * me / team), last = (int)((int64_t)vectors * (me + 1) / team);
     for (int v = first; v < last;) {
+#if !AVX512
+        if (n == 1 && v % 2 == 0 && last - v >= 4) { /* two whole groups: the next 64 rows */
+            one_token_groups(x, K, Wp, R, v / 2, out);
+            v += 4;
+            continue;
+        }
+#endif
         const int group = v / 2, v0 = v % 2, vecs = (last - v < 2 - v0 ? last - v : 2 - v0);
         for (int t0 = 0, tokens; t0 < n; t0 += tokens) {
             tokens = token_block(n, t0);
