@@ -307,9 +307,10 @@ def test_a_products_bits_depend_on_neither_the_tokens_beside_it_nor_how_the_thre
     """The products' blocks must leave every output one chain in its own order: a token's row is the same
     alone, among up to 69 others, and on 1, 2 or 3 threads. On the dot-product path: up to 12 tokens a
     block, one or two 16-row vectors, a thread's run of vectors starting anywhere (odd vector counts put a
-    run's edge inside a 32-row group); on AVX2, blocks of 1–4 tokens, a first block of 3 in one pass (3, 5, 7,
-    9, 13 tokens) and the 4-token blocks in runs of 64 pairs (inputs under 128: a run cut short). On AMX: 16-row groups one token block at a time (rows not a multiple
-    of 32, or under 6 tokens), else 32 rows × 32 tokens a pass, several passes over a group (33–70 tokens)."""
+    run's edge inside a 32-row group); on AVX2, a lone token over 64 rows, blocks of 2–4 tokens, a first block
+    of 3 in one pass (3, 5, 7, 9, 13 tokens) and the 4-token blocks in runs of 64 pairs (inputs under 128: a run
+    cut short). On AMX: 16-row groups one token block at a time (rows not a multiple of 32, or under 6 tokens),
+    else 32 rows × 32 tokens a pass, several passes over a group (33–70 tokens)."""
     library = native.kernel()
     generator = torch.Generator().manual_seed(rows)
     weight = torch.randn(rows, inputs, generator=generator).to(torch.bfloat16)

@@ -170,14 +170,16 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
  * 8 tokens on the products are bound by the FMAs (docs/fastpath.md; NULL: split here). Three shapes, as 16
  * ymm registers allow, each accumulator a chain of two dependent FMAs per pair (8 cycles on a Zen 3, where
  * two FMAs issue a cycle: 8 chains keep both pipes busy, 4 leave them half idle):
- * - up to 2 tokens: 32 rows (2 × 2 halves) × 2 tokens, every pair's weights used once as they stream in;
+ * - up to 2 tokens: 32 rows (2 × 2 halves) × 2 tokens, every pair's weights used once as they stream in (a
+ *   lone token: 64 rows, one_token_groups);
  * - 3 tokens as a product's first block (token_block): 32 rows × 3 tokens in one pass, 12 chains, the
  *   weights prefetched as they stream in (a 3-token forward on the Zen 3 12.3 ms, 13.8 as 2 passes of 16 rows);
- * - 4 tokens (3 in a later block or a lone 16-row vector): 16 rows × 4 tokens at a time, over a run of CHUNK_PAIRS pairs (8 KB of weights, 32 rows),
- *   then the other 16 rows over the same run from L1, the accumulators kept in memory between runs. So 4
- *   tokens are one pass over the weights, their arithmetic running while the next run streams in: as 32 × 2
- *   blocks they took a second pass from cache, with the memory idle (a 4-token forward cost 1.6 one-token
- *   forwards on a Zen 3). Each accumulator still takes its pairs in order, so every sum is unchanged. */
+ * - 4 tokens (3 in a later block or a lone 16-row vector): 16 rows × 4 tokens at a time, over a run of
+ *   CHUNK_PAIRS pairs (8 KB of weights, 32 rows), then the other 16 rows over the same run from L1, the
+ *   accumulators kept in memory between runs. So 4 tokens are one pass over the weights, their arithmetic
+ *   running while the next run streams in: as 32 × 2 blocks they took a second pass from cache, with the
+ *   memory idle (a 4-token forward cost 1.6 one-token forwards on a Zen 3). Each accumulator still takes its
+ *   pairs in order, so every sum is unchanged. */
 #define CHUNK_PAIRS 64
 
 /* A vector of bf16 pairs as two float32 vectors: the odd (high) elements masked, the even (low) ones shifted. */
@@ -242,7 +244,7 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
                 store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R, of_halves(acc[2 * i][j], acc[2 * i + 1][j]));
         return;
     }
-    if (TOKENS == 3 && VECS == 2 && t0 == 0) { /* 32 rows × 3 tokens in one pass: 12 chains, so the FMAs' latency hides */
+    if (TOKENS == 3 && VECS == 2 && t0 == 0) { /* 32 rows × 3 tokens in one pass: 12 chains */
         __m256 acc[4][3];
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 3; j++) acc[i][j] = _mm256_setzero_ps();
@@ -261,7 +263,8 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
         }
         for (int j = 0; j < 3; j++)
             for (int i = 0; i < 2; i++)
-                store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R, of_halves(acc[2 * i][j], acc[2 * i + 1][j]));
+                store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R,
+                           of_halves(acc[2 * i][j], acc[2 * i + 1][j]));
         return;
     }
     __m256 kept[2][2][4]; /* [vector][half][token]: between runs */
@@ -304,10 +307,10 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
 #endif
 
 #if !AVX512
-/* One token over two 32-row groups (rows [64 j, 64 j + 64)), pairs_block's ≤ 2-token chains in their order:
- * 8 chains where one group gives a lone token 4, which wait on their FMAs' latency half the time. That wait
- * is hidden where the weights stream from memory (a decode step) but not where they come from cache: the
- * draft head's step (17 MB, from L3) and the last token of a tree's products. */
+/* One token over the two 32-row groups from `group` on (rows [32 group, 32 group + 64)), pairs_block's
+ * ≤ 2-token chains in their order: 8 chains, where one group gives a lone token 4, which wait on their FMAs'
+ * latency half the time. Even a decode step, whose weights stream from memory, showed that wait: on the Zen 3
+ * its products 6.9 → 6.0 ms, the step 11.7 → 10.5 (median; the draft head's step, from L3, ~3 % faster). */
 static void one_token_groups(const bf16 *x, int K, const uint32_t *Wp, int R, int group, bf16 *out) {
     const uint32_t *w = Wp + (size_t)group * (K / 2) * PAIR_ROWS, *xs = (const uint32_t *)x;
     const size_t next = (size_t)(K / 2) * PAIR_ROWS; /* the second group's pairs */
