@@ -225,44 +225,32 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
     const uint32_t *w = Wp + (size_t)r0 / PAIR_ROWS * (K / 2) * PAIR_ROWS + 16 * v0;
     const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
     const float *xw = widened != NULL ? widened + (size_t)t0 * K : NULL;
-    if (TOKENS <= 2) {
-        __m256 acc[4][2];
+    if (TOKENS <= 2 || (TOKENS == 3 && VECS == 2 && t0 == 0)) { /* one pass over the rows' pairs */
+        /* held: up to 2 tokens' pairs stay in registers over the halves; 3 tokens' 12 chains leave no room for
+         * them, so each half broadcasts them again (from L1), and their weights are prefetched as they stream */
+        const int held = TOKENS <= 2;
+        __m256 acc[4][3];
         for (int i = 0; i < 2 * VECS; i++)
             for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm256_setzero_ps();
         for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
-            __m256 odd_x[2], even_x[2];
-            for (int j = 0; j < TOKENS; j++) token_pair(xs, xw, K, j, p, &odd_x[j], &even_x[j]);
+            __m256 odd_x[3], even_x[3];
+            if (held)
+                for (int j = 0; j < TOKENS; j++) token_pair(xs, xw, K, j, p, &odd_x[j], &even_x[j]);
+            else {
+                _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS), _MM_HINT_T0);
+                _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS + 16), _MM_HINT_T0);
+            }
             for (int i = 0; i < 2 * VECS; i++) {
                 __m256 odd, even;
                 split_pairs(_mm256_loadu_si256((const __m256i *)(w + 8 * i)), &odd, &even);
-                for (int j = 0; j < TOKENS; j++)
+                for (int j = 0; j < TOKENS; j++) {
+                    if (!held) token_pair(xs, xw, K, j, p, &odd_x[j], &even_x[j]);
                     acc[i][j] = _mm256_fmadd_ps(even, even_x[j], _mm256_fmadd_ps(odd, odd_x[j], acc[i][j]));
+                }
             }
         }
         for (int j = 0; j < TOKENS; j++)
             for (int i = 0; i < VECS; i++)
-                store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R, of_halves(acc[2 * i][j], acc[2 * i + 1][j]));
-        return;
-    }
-    if (TOKENS == 3 && VECS == 2 && t0 == 0) { /* 32 rows × 3 tokens in one pass: 12 chains */
-        __m256 acc[4][3];
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 3; j++) acc[i][j] = _mm256_setzero_ps();
-        for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
-            _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS), _MM_HINT_T0);
-            _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS + 16), _MM_HINT_T0);
-            for (int i = 0; i < 4; i++) {
-                __m256 odd, even;
-                split_pairs(_mm256_loadu_si256((const __m256i *)(w + 8 * i)), &odd, &even);
-                for (int j = 0; j < 3; j++) {
-                    __m256 odd_x, even_x;
-                    token_pair(xs, xw, K, j, p, &odd_x, &even_x);
-                    acc[i][j] = _mm256_fmadd_ps(even, even_x, _mm256_fmadd_ps(odd, odd_x, acc[i][j]));
-                }
-            }
-        }
-        for (int j = 0; j < 3; j++)
-            for (int i = 0; i < 2; i++)
                 store_rows(out + (size_t)(t0 + j) * R, r0 + 16 * (v0 + i), R,
                            of_halves(acc[2 * i][j], acc[2 * i + 1][j]));
         return;
