@@ -298,7 +298,8 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
 /* One token over the two 32-row groups from `group` on (rows [32 group, 32 group + 64)), pairs_block's
  * ≤ 2-token chains in their order: 8 chains, where one group gives a lone token 4, which wait on their FMAs'
  * latency half the time. Even a decode step, whose weights stream from memory, showed that wait: on the Zen 3
- * its products 6.9 → 6.0 ms, the step 11.7 → 10.5 (median; the draft head's step, from L3, ~3 % faster). */
+ * its products 6.9 → 6.0 ms, the step 11.7 → 10.5 (forward_bench medians; the draft head's step, from L3,
+ * ~3 % faster by a hand timing). */
 static void one_token_groups(const bf16 *x, int K, const uint32_t *Wp, int R, int group, bf16 *out) {
     const uint32_t *w = Wp + (size_t)group * (K / 2) * PAIR_ROWS, *xs = (const uint32_t *)x;
     const size_t next = (size_t)(K / 2) * PAIR_ROWS; /* the second group's pairs */
