@@ -634,8 +634,8 @@ int native_amx_active(void) {
  * at most this many, which gives the same bits: no output depends on the tokens beside it). */
 int native_max_tokens(void) { return MAX_TOKENS; }
 
-/* Whether a cache's key tiles (Sequence) are read here: on AVX512 builds; AVX2 scores read keys by row. */
-int native_reads_key_tiles(void) { return AVX512; }
+/* Whether a cache's key tiles (Sequence) are read here: on both paths without AMX (AMX reads key rows). */
+int native_reads_key_tiles(void) { return 1; }
 
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ alone, for the draft head's products: one parallel region. `Wt`: W in
  * AMX's tiles (matmul_amx) or NULL; `Wp`: W paired (matmul_pairs), needed where AMX is not active. */
@@ -742,7 +742,9 @@ static void tile_keys(const bf16 *K, int c0, int d, uint32_t *tile) {
 
 /* `tiles`: K's columns already in tiles, [C / 16][d / 2][16] (a cache's key tiles, see Sequence), or NULL:
  * then every block of queries transposes the keys it reads, 16 columns at a time. */
-static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, int S, int d, float *scores) {
+static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, const bf16 *V, int S, int d,
+                        float *scores) {
+    (void)V; /* read ahead on AVX2 only */
     uint32_t own[128 * 16] __attribute__((aligned(64))); /* [d / 2][16] */
     for (int c0 = 0; c0 < S; c0 += 16) {
         const uint32_t *keys = own;
@@ -754,46 +756,94 @@ static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, 
     }
 }
 #else
-/* 8 dims of a bf16 row as float32, exact. */
-static inline __m256 widen8(const bf16 *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
-
-/* The sum of 8 lanes, in one fixed order. */
-static inline float sum8(__m256 v) {
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
-}
-
-/* AVX2: a score is q · k over the dims 8 at a time (one FMA chain per lane, then the lanes summed in a fixed
- * order), four queries' chains at once over one key widened once: a function of q and k alone, whichever
- * block, column or slot they sit in, as the bit-for-bit argument needs (exact products of bf16 values). */
-static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, int S, int d, float *scores) {
-    (void)tiles; /* no tiles on AVX2: a score is read down each key's row */
-    float q[16][256] __attribute__((aligned(32)));
-    for (int i = 0; i < Q->count; i++)
-        for (int k = 0; k < d; k += 8) _mm256_store_ps(q[i] + k, widen8(Q->q[i] + k));
-    for (int c = 0; c < S; c++) {
-        __m256 key[32];
-        for (int v = 0; v < d / 8; v++) key[v] = widen8(K + (size_t)c * d + 8 * v);
-        int i = 0;
-        for (; i + 4 <= Q->count; i += 4) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int v = 0; v < d / 8; v++) {
-                a0 = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i] + 8 * v), a0);
-                a1 = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i + 1] + 8 * v), a1);
-                a2 = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i + 2] + 8 * v), a2);
-                a3 = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i + 3] + 8 * v), a3);
+/* Keys [c0, c0 + 16) of K [C, d] as score_block reads them, [d / 2 pairs][16 columns]: each 8 rows × 8 pairs
+ * transposed in registers (rows past the ones written are cache slots whose lanes are dropped). */
+static void tile_keys(const bf16 *K, int c0, int d, uint32_t *tile) {
+    for (int half = 0; half < 2; half++)
+        for (int p0 = 0; p0 < d / 2; p0 += 8) {
+            __m256i r[8], t[8], u[8];
+            for (int c = 0; c < 8; c++)
+                r[c] = _mm256_loadu_si256((const __m256i *)(K + (size_t)(c0 + 8 * half + c) * d + 2 * p0));
+            for (int c = 0; c < 8; c += 2) {
+                t[c] = _mm256_unpacklo_epi32(r[c], r[c + 1]);
+                t[c + 1] = _mm256_unpackhi_epi32(r[c], r[c + 1]);
             }
-            scores[(size_t)i * S + c] = sum8(a0), scores[(size_t)(i + 1) * S + c] = sum8(a1);
-            scores[(size_t)(i + 2) * S + c] = sum8(a2), scores[(size_t)(i + 3) * S + c] = sum8(a3);
+            for (int c = 0; c < 8; c += 4) { /* u[c + m]: pair m (and m + 4 in the high lane) of rows c … c + 3 */
+                u[c] = _mm256_unpacklo_epi64(t[c], t[c + 2]), u[c + 1] = _mm256_unpackhi_epi64(t[c], t[c + 2]);
+                u[c + 2] = _mm256_unpacklo_epi64(t[c + 1], t[c + 3]);
+                u[c + 3] = _mm256_unpackhi_epi64(t[c + 1], t[c + 3]);
+            }
+            for (int m = 0; m < 4; m++) {
+                _mm256_store_si256((__m256i *)(tile + (p0 + m) * 16 + 8 * half), _mm256_permute2x128_si256(u[m], u[m + 4], 0x20));
+                _mm256_store_si256((__m256i *)(tile + (p0 + m + 4) * 16 + 8 * half), _mm256_permute2x128_si256(u[m], u[m + 4], 0x31));
+            }
         }
-        for (; i < Q->count; i++) {
-            __m256 a = _mm256_setzero_ps();
-            for (int v = 0; v < d / 8; v++) a = _mm256_fmadd_ps(key[v], _mm256_load_ps(q[i] + 8 * v), a);
-            scores[(size_t)i * S + c] = sum8(a);
+}
+
+/* AVX2: the scores of 16 · TILES columns for QUERIES queries, the columns in the lanes (keys in tiles as on
+ * AVX-512: [d / 2 pairs][16 columns], TILES of them one after another), each query's dims broadcast from
+ * its row widened to float32. A score is the chain ((0 + q₀·k₀) + q₁·k₁) + … over the dims in order: a
+ * function of q and k alone, whichever block, column or slot they sit in, as the bit-for-bit argument needs
+ * (each product of bf16 values exact). QUERIES × TILES ≤ 6 keeps 8–12 chains, the most the 16 registers
+ * hold beside a tile's two vectors, and enough to keep both FMA pipes busy through their latency. */
+static inline __attribute__((always_inline)) void score_block(const float (*q)[256], const uint32_t *keys, int d,
+                                                              int c0, int S, float *scores, const int QUERIES,
+                                                              const int TILES) {
+    __m256 acc[6][4];
+    for (int i = 0; i < QUERIES; i++)
+        for (int v = 0; v < 2 * TILES; v++) acc[i][v] = _mm256_setzero_ps();
+    const __m256i high = _mm256_set1_epi32((int)0xffff0000);
+    for (int p = 0; p < d / 2; p++)
+        for (int odd = 0; odd < 2; odd++) {
+            __m256 k[4];
+            for (int v = 0; v < 2 * TILES; v++) {
+                const __m256i raw = _mm256_load_si256((const __m256i *)(keys + (v / 2) * 16 * (d / 2) + p * 16 + (v % 2) * 8));
+                k[v] = _mm256_castsi256_ps(odd ? _mm256_and_si256(raw, high) : _mm256_slli_epi32(raw, 16));
+            }
+            for (int i = 0; i < QUERIES; i++) {
+                const __m256 x = _mm256_broadcast_ss(&q[i][2 * p + odd]);
+                for (int v = 0; v < 2 * TILES; v++) acc[i][v] = _mm256_fmadd_ps(k[v], x, acc[i][v]);
+            }
         }
+    const int columns = S - c0 < 16 * TILES ? S - c0 : 16 * TILES;
+    for (int i = 0; i < QUERIES; i++) {
+        float *row = scores + (size_t)i * S + c0;
+        if (columns == 16 * TILES)
+            for (int v = 0; v < 2 * TILES; v++) _mm256_storeu_ps(row + 8 * v, acc[i][v]);
+        else { /* the last, partial block: its lanes past S are slots not yet written, dropped here */
+            float all[32] __attribute__((aligned(32)));
+            for (int v = 0; v < 2 * TILES; v++) _mm256_store_ps(all + 8 * v, acc[i][v]);
+            memcpy(row, all, sizeof(float) * columns);
+        }
+    }
+}
+
+/* `tiles`: K's columns already in tiles, [C / 16][d / 2][16] (a cache's key tiles, see Sequence), or NULL:
+ * then the keys are transposed here, 32 columns at a time. Queries go four at a time over 16 columns, and
+ * the last one to three over 32. */
+static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, const bf16 *V, int S, int d,
+                        float *scores) {
+    float q[16][256] __attribute__((aligned(32)));
+    uint32_t own[2 * 128 * 16] __attribute__((aligned(64))); /* two tiles [d / 2][16] */
+    for (int i = 0; i < Q->count; i++)
+        for (int k = 0; k < d; k += 8)
+            _mm256_store_ps(q[i] + k, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                          _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(Q->q[i] + k))), 16)));
+    const int rest = Q->count % 4, whole = Q->count - rest;
+    for (int c0 = 0; c0 < S; c0 += 32) {
+        const int two = c0 + 16 < S; /* a second tile of columns here */
+        const uint32_t *keys = own;
+        if (tiles) keys = tiles + (size_t)c0 * (d / 2);
+        else for (int t = 0; t <= two; t++) tile_keys(K, c0 + 16 * t, d, own + t * 16 * (d / 2));
+        for (int i = 0; i < whole; i += 4)
+            for (int t = 0; t <= two; t++)
+                score_block(q + i, keys + t * 16 * (d / 2), d, c0 + 16 * t, S, scores + (size_t)i * S, 4, 1);
+#define REST(n) (two ? score_block(q + whole, keys, d, c0, S, scores + (size_t)whole * S, n, 2) \
+                     : score_block(q + whole, keys, d, c0, S, scores + (size_t)whole * S, n, 1))
+        if (rest == 1) REST(1);
+        else if (rest == 2) REST(2);
+        else if (rest == 3) REST(3);
+#undef REST
     }
 }
 #endif
@@ -918,14 +968,11 @@ static inline __attribute__((always_inline)) void weigh(Scores P, int S, const i
 #else
 /* AVX2: the same sums, two queries and 32 dims at a time (8 accumulators, a value row's 32 dims widened by
  * unpacking as above, two weights), each (query, dim) still one FMA per column in column order from zero. */
-static inline __attribute__((always_inline)) void weigh_two(Scores P, int S, const int count, float *total,
-                                                            const bf16 *V, int d, bf16 *const *out, int u,
-                                                            const int SUMS) {
+static inline __attribute__((always_inline)) void weigh_two(Scores P, int S, const int count, const float *total,
+                                                            const bf16 *V, int d, bf16 *const *out, int u) {
     __m256 acc[2][4];
-    for (int j = 0; j < count; j++) {
-        if (SUMS && u == 0) total[j] = 0.f;
+    for (int j = 0; j < count; j++)
         for (int k = 0; k < 4; k++) acc[j][k] = _mm256_setzero_ps();
-    }
     const __m256i zero = _mm256_setzero_si256();
     for (int c = 0; c < S; c++) {
         const __m256i raw0 = _mm256_loadu_si256((const __m256i *)(V + (size_t)c * d + 32 * u));
@@ -936,7 +983,6 @@ static inline __attribute__((always_inline)) void weigh_two(Scores P, int S, con
                              _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, raw1))};
         const float *w = P.p + (size_t)c * P.column_stride;
         for (int j = 0; j < count; j++) {
-            if (SUMS && u == 0) total[j] += w[(size_t)j * P.query_stride];
             const __m256 weight = _mm256_set1_ps(w[(size_t)j * P.query_stride]);
             for (int k = 0; k < 4; k++) acc[j][k] = _mm256_fmadd_ps(weight, v[k], acc[j][k]);
         }
@@ -952,14 +998,23 @@ static inline __attribute__((always_inline)) void weigh_two(Scores P, int S, con
     }
 }
 
+/* With `SUMS` each denominator is added first, over the columns in order from zero, on its own: a chain of
+ * dependent adds that, inside the value loop, stalled it (the compiler keeps `total` in memory, where it
+ * might alias the weights). */
 static inline __attribute__((always_inline)) void weigh(Scores P, int S, const int count, float *total,
                                                         const bf16 *V, int d, bf16 *const *out, const int D16,
                                                         const int SUMS) {
+    if (SUMS) { /* the queries' chains side by side, each its own */
+        float sum[QUERIES] = {0.f};
+        for (int c = 0; c < S; c++)
+            for (int j = 0; j < count; j++) sum[j] += P.p[(size_t)j * P.query_stride + (size_t)c * P.column_stride];
+        for (int j = 0; j < count; j++) total[j] = sum[j];
+    }
     for (int j = 0; j < count; j += 2) {
         const Scores from = {P.p + (size_t)j * P.query_stride, P.query_stride, P.column_stride};
-        for (int u = 0; u < D16 / 2; u++) /* the denominators are added on the first pass over the dims */
-            if (count - j >= 2) weigh_two(from, S, 2, total + j, V, d, out + j, u, SUMS);
-            else weigh_two(from, S, 1, total + j, V, d, out + j, u, SUMS);
+        for (int u = 0; u < D16 / 2; u++)
+            if (count - j >= 2) weigh_two(from, S, 2, total + j, V, d, out + j, u);
+            else weigh_two(from, S, 1, total + j, V, d, out + j, u);
     }
 }
 #endif
@@ -976,7 +1031,7 @@ static void attend(const Queries *Q, const bf16 *K, const uint32_t *tiles, const
 #ifdef __AMX_BF16__
     if (by_column) score_amx(Q, K, S, d, scores);
 #endif
-    if (!by_column) score_pairs(Q, K, tiles, S, d, scores);
+    if (!by_column) score_pairs(Q, K, tiles, V, S, d, scores);
     if (mask != NULL)
         for (int i = 0; i < Q->count; i++)
             for (int c = 0; c < M; c++)
@@ -1071,7 +1126,7 @@ static void lay_out(const Sequence *seqs, int count, int g, int group, Layout *l
         layout->work += (int64_t)g * q->n * group * S;
         if (S > layout->columns) layout->columns = S;
         layout->first_tile[s] = stale / 16;
-        layout->tiles[s] = (AVX512 && q->key_tiles) ? up16(S) / 16 - stale / 16 : 0; /* AVX2 reads no tiles */
+        layout->tiles[s] = q->key_tiles ? up16(S) / 16 - stale / 16 : 0;
         layout->tile_units += g * layout->tiles[s];
     }
 }
@@ -1175,7 +1230,6 @@ static inline uint32_t *head_tiles(const Sequence *q, int layer, int g, int j, i
 /* This layer's stale key tiles made again from the cache (Sequence), shared over the team; the keys of this
  * call's rows are in the cache already. */
 static void tile_share(const LayerCall *c, int g, int d) {
-#if AVX512
     const Layout *layout = c->layout;
 #pragma omp for schedule(static)
     for (int u = 0; u < layout->tile_units; u++) {
@@ -1186,9 +1240,6 @@ static void tile_share(const LayerCall *c, int g, int d) {
         tile_keys(layer_keys(q, c->layer, g, d) + (size_t)j * q->capacity * d, 16 * tile, d,
                   head_tiles(q, c->layer, g, j, d) + (size_t)tile * 16 * (d / 2));
     }
-#else
-    (void)c, (void)g, (void)d;
-#endif
 }
 
 /* This thread's share of a layer's attention. The work is every sequence's query slots, KV head by KV
