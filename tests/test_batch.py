@@ -266,7 +266,7 @@ def test_cast_reads_the_cost_rows_of_its_batch_and_verifies_fewer_nodes_where_th
 
 
 def test_the_profile_times_a_batch_through_the_engines_own_batched_forward(monkeypatch):
-    from tools.profile import Grid, measure_model
+    from engine.profiling import Grid, measure_model
 
     lm = FastLM(tiny_llama(3, dtype=torch.float64), kernel=False)
     calls = []
