@@ -88,7 +88,8 @@ def test_cli_generate_and_bench_say_which_default_they_used(tiny_target, capsys,
     assert "measured fastest" in json.loads(out)["default_policy_note"]
 
 
-def test_a_first_load_calibration_records_the_fastest_policy_ar_included_a_near_tie_to_ar_and_says_so(engine64, tmp_path):
+def test_a_first_load_calibration_measures_costs_then_records_the_fastest_policy_ar_included_a_near_tie_to_ar(
+        engine64, tmp_path):
     from engine import calibration
     from engine.loading import calibrate_and_save
 
@@ -98,6 +99,9 @@ def test_a_first_load_calibration_records_the_fastest_policy_ar_included_a_near_
         assert calibration.needs_calibration(engine64)
         calibrate_and_save(engine64, tmp_path / "costs.json")
         table = resolve_costs(tmp_path / "costs.json", tmp_path / "none.json")
+        # nothing measured before: the calibration measured its small table first, and saved it with the default
+        assert table.measured and table.batches == list(calibration.COST_GRID.batches)
+        assert table.ns == list(calibration.COST_GRID.ns) and table.draft is not None
         evidence = table.meta[FASTEST_EVIDENCE]
         assert set(evidence["speedup_vs_ar"]) == set(POLICIES) and evidence["speedup_vs_ar"]["ar"] == 1.0
         best = table.meta[FASTEST]
