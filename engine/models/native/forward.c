@@ -86,6 +86,7 @@ static inline __m512 round16(__m512 v) {
 
 /* e^x = 2^i · 2^f with i = round(x log2 e), |f| ≤ 1/2, and 2^f by its Taylor series to f^6 (relative
  * error about 1e-7, far below bfloat16's 4e-3). Inputs below -104 give 0. */
+#if AVX512
 static inline __m512 exp16(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.f)), _mm512_set1_ps(88.7f));
     __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
@@ -100,6 +101,26 @@ static inline __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
     return _mm512_scalef_ps(p, i);
 }
+#else
+/* AVX2: the same on 8 lanes, and exp16 as two of them: avx2.h would compute each half by the same ops, so the same
+ * bits lane by lane, without a pair of halves passed through memory. */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.f)), _mm256_set1_ps(88.7f));
+    const __m256 y = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+    const __m256 i = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_mul_ps(_mm256_sub_ps(y, i), _mm256_set1_ps(0.693147180559945309f));
+    __m256 p = _mm256_set1_ps(1.f / 720);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f / 120));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f / 24));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f / 6));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
+    return scale_by_power(p, i);
+}
+
+static inline __m512 exp16(__m512 x) { return of_halves(exp8(lo_of(x)), exp8(hi_of(x))); }
+#endif
 
 /* Without AMX the products are AVX512-BF16 dot products (`vdpbf16ps`: a lane adds two bf16 products
  * to its float32) with 16 output rows in the lanes. The weights are repacked once, by
@@ -917,22 +938,6 @@ static void soften_row(float *row, int S, float scale) {
     if (tail) _mm512_mask_storeu_ps(row + whole, tail, soften16(_mm512_maskz_loadu_ps(tail, row + whole), top, factor));
 }
 #else
-/* AVX2: exp16 on one 8-lane half, as avx2.h computes each half of it: the same bits lane by lane. */
-static inline __m256 exp8(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.f)), _mm256_set1_ps(88.7f));
-    const __m256 y = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
-    const __m256 i = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 f = _mm256_mul_ps(_mm256_sub_ps(y, i), _mm256_set1_ps(0.693147180559945309f));
-    __m256 p = _mm256_set1_ps(1.f / 720);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f / 120));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f / 24));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f / 6));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
-    return scale_by_power(p, i);
-}
-
 static inline __m256 soften8(__m256 s, __m256 top, __m256 factor) {
     const __m256 seen = _mm256_cmp_ps(s, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ);
     return _mm256_and_ps(seen, exp8(_mm256_mul_ps(_mm256_sub_ps(s, top), factor)));
