@@ -763,9 +763,7 @@ static void tile_keys(const bf16 *K, int c0, int d, uint32_t *tile) {
 
 /* `tiles`: K's columns already in tiles, [C / 16][d / 2][16] (a cache's key tiles, see Sequence), or NULL:
  * then every block of queries transposes the keys it reads, 16 columns at a time. */
-static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, const bf16 *V, int S, int d,
-                        float *scores) {
-    (void)V; /* read ahead on AVX2 only */
+static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, int S, int d, float *scores) {
     uint32_t own[128 * 16] __attribute__((aligned(64))); /* [d / 2][16] */
     for (int c0 = 0; c0 < S; c0 += 16) {
         const uint32_t *keys = own;
@@ -805,8 +803,8 @@ static void tile_keys(const bf16 *K, int c0, int d, uint32_t *tile) {
  * AVX-512: [d / 2 pairs][16 columns], TILES of them one after another), each query's dims broadcast from
  * its row widened to float32. A score is the chain ((0 + q₀·k₀) + q₁·k₁) + … over the dims in order: a
  * function of q and k alone, whichever block, column or slot they sit in, as the bit-for-bit argument needs
- * (each product of bf16 values exact). QUERIES × TILES ≤ 6 keeps 8–12 chains, the most the 16 registers
- * hold beside a tile's two vectors, and enough to keep both FMA pipes busy through their latency. */
+ * (each product of bf16 values exact). 4 queries × 16 columns are 8 chains, enough to keep both FMA pipes busy
+ * through their latency in 16 registers; the last 1–3 queries take 32 columns (4–12 chains). */
 static inline __attribute__((always_inline)) void score_block(const float (*q)[256], const uint32_t *keys, int d,
                                                               int c0, int S, float *scores, const int QUERIES,
                                                               const int TILES) {
@@ -842,8 +840,7 @@ static inline __attribute__((always_inline)) void score_block(const float (*q)[2
 /* `tiles`: K's columns already in tiles, [C / 16][d / 2][16] (a cache's key tiles, see Sequence), or NULL:
  * then the keys are transposed here, 32 columns at a time. Queries go four at a time over 16 columns, and
  * the last one to three over 32. */
-static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, const bf16 *V, int S, int d,
-                        float *scores) {
+static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, int S, int d, float *scores) {
     float q[16][256] __attribute__((aligned(32)));
     uint32_t own[2 * 128 * 16] __attribute__((aligned(64))); /* two tiles [d / 2][16] */
     for (int i = 0; i < Q->count; i++)
@@ -921,11 +918,10 @@ static void soften_columns(float *p, int S, float scale, float *total) {
     _mm512_storeu_ps(total, sum);
 }
 
-/* One query's scores [S] → e^((s − max) / √d) in place, masked columns exactly 0. Whole blocks of 16 are read
- * and written plainly and only the last, partial one under a mask: on AVX2 (avx2.h) a masked load or store is
- * `vmaskmov`, slow on a Zen 3 (its store far slower than a plain one), and a mask rebuilt from 16 bits for
- * each (on the Zen 3, context 512: attention at 16 tokens 8.4 → 7.9 ms, at 64 37.0 → 34.2). Maxima and e^x are
- * lane by lane: the same bits. */
+/* One query's scores [S] → e^((s − max) / √d) in place, masked columns exactly 0. Whole blocks are read and
+ * written plainly and only the last, partial one under a mask (AVX-512) or through a padded copy (AVX2, where a
+ * masked load or store was avx2.h's `vmaskmov`, slow on a Zen 3: attention at 16 tokens 8.4 → 7.9 ms, at 64
+ * 37.0 → 34.2, context 512). Maxima and e^x are lane by lane: the same bits whatever the blocks. */
 #if AVX512
 static void soften_row(float *row, int S, float scale) {
     const int whole = S & ~15;
@@ -943,9 +939,9 @@ static inline __m256 soften8(__m256 s, __m256 top, __m256 factor) {
     return _mm256_and_ps(seen, exp8(_mm256_mul_ps(_mm256_sub_ps(s, top), factor)));
 }
 
-/* The same on AVX2, 8 lanes at a time in ymm registers: written with avx2.h's 16-lane pairs, the running
- * maximum went through memory every iteration (at 64 tokens, context 512, a third of the attention's time).
- * A maximum is the same whatever the order; the last partial block goes through a padded copy. */
+/* AVX2: 8 lanes at a time in ymm registers. Written with avx2.h's 16-lane pairs, the running maximum went through
+ * memory every iteration (at 64 tokens, context 512, about a third of the attention's perf samples). A maximum is
+ * the same whatever the order. */
 static void soften_row(float *row, int S, float scale) {
     const int whole = S & ~7;
     __m256 best0 = _mm256_set1_ps(-INFINITY), best1 = best0;
@@ -1049,13 +1045,13 @@ static inline __attribute__((always_inline)) void weigh_two(Scores P, int S, con
     }
 }
 
-/* With `SUMS` each denominator is added first, over the columns in order from zero, on its own: a chain of
- * dependent adds that, inside the value loop, stalled it (the compiler keeps `total` in memory, where it
- * might alias the weights). */
+/* With `SUMS` the denominators are added first, each over the columns in order from zero, the queries' chains
+ * side by side: inside the value loop the compiler kept them in memory (`total` might alias the weights), a
+ * chain of store-to-load waits beside the FMAs. */
 static inline __attribute__((always_inline)) void weigh(Scores P, int S, const int count, float *total,
                                                         const bf16 *V, int d, bf16 *const *out, const int D16,
                                                         const int SUMS) {
-    if (SUMS) { /* the queries' chains side by side, each its own */
+    if (SUMS) {
         float sum[QUERIES] = {0.f};
         for (int c = 0; c < S; c++)
             for (int j = 0; j < count; j++) sum[j] += P.p[(size_t)j * P.query_stride + (size_t)c * P.column_stride];
@@ -1082,7 +1078,7 @@ static void attend(const Queries *Q, const bf16 *K, const uint32_t *tiles, const
 #ifdef __AMX_BF16__
     if (by_column) score_amx(Q, K, S, d, scores);
 #endif
-    if (!by_column) score_pairs(Q, K, tiles, V, S, d, scores);
+    if (!by_column) score_pairs(Q, K, tiles, S, d, scores);
     if (mask != NULL)
         for (int i = 0; i < Q->count; i++)
             for (int c = 0; c < M; c++)
