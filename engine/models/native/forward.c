@@ -209,6 +209,11 @@ static inline __attribute__((always_inline)) void split_pairs(__m256i pairs, __m
     *even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
 }
 
+/* 8 bf16 values as float32, exact (a shift): the activations a product broadcasts, the queries a score reads. */
+static inline __m256 widen8(const bf16 *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
 /* Each thread's float32 copy of a product's activations, grown as needed and kept: the team's threads live as
  * long as the process (each widens all n tokens for itself, so no barrier waits on it). */
 static __thread float *widened_buffer;
@@ -224,10 +229,7 @@ static const float *widen_tokens(const bf16 *x, int n, int K) {
         free(widened_buffer);
         widened_buffer = grown, widened_capacity = count;
     }
-    for (size_t i = 0; i < count; i += 8) {
-        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i)));
-        _mm256_store_ps(widened_buffer + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
-    }
+    for (size_t i = 0; i < count; i += 8) _mm256_store_ps(widened_buffer + i, widen8(x + i));
     return widened_buffer;
 }
 
@@ -844,9 +846,7 @@ static void score_pairs(const Queries *Q, const bf16 *K, const uint32_t *tiles, 
     float q[16][256] __attribute__((aligned(32)));
     uint32_t own[2 * 128 * 16] __attribute__((aligned(64))); /* two tiles [d / 2][16] */
     for (int i = 0; i < Q->count; i++)
-        for (int k = 0; k < d; k += 8)
-            _mm256_store_ps(q[i] + k, _mm256_castsi256_ps(_mm256_slli_epi32(
-                                          _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(Q->q[i] + k))), 16)));
+        for (int k = 0; k < d; k += 8) _mm256_store_ps(q[i] + k, widen8(Q->q[i] + k));
     const int rest = Q->count % 4, whole = Q->count - rest;
     for (int c0 = 0; c0 < S; c0 += 32) {
         const int two = c0 + 16 < S; /* a second tile of columns here */
