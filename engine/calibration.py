@@ -51,8 +51,9 @@ PROMPTS = (
 )
 NEW_TOKENS = 48
 MARGIN = 1.05  # the speedup over `ar` a policy needs to become the default: below it, a tie goes to plain decoding
-# What a first load measures where nothing was (23 s on the 2-core Zen 3, timed by hand): the n a chain or a small tree verifies,
-# densely, and a few wide ones; batch 4 so that a server still batches (SpecEngine.default_max_batch)
+# What a first load measures where nothing was (23 s on the 2-core Zen 3, timed by hand): the n a chain or a
+# small tree verifies, densely, and a few wide ones; batch 4 so that a server still batches
+# (SpecEngine.default_max_batch)
 COST_GRID = Grid(ns=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64), contexts=(128, 512), batches=(1, 4),
                  repeats=2)
 
