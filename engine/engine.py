@@ -441,7 +441,7 @@ class _Run:
         prefix = self.target.cache_len - len(tree)
         self.target.keep(list(range(prefix)) + [prefix + node for node in accepted.path])
         if self.drafter:
-            path_features = features[accepted.path] if features is not None else None  # [A, F]
+            path_features = None if features is None else _rows(features, accepted.path)  # [A, F]
             self.drafter.commit(tree, accepted.path, emitted, path_features)
 
     def _truncate(self, emitted: list[int]) -> tuple[list[int], str | None]:
@@ -462,6 +462,17 @@ class _Run:
             seed=request.seed, temperature=request.temperature, top_k=request.top_k, top_p=request.top_p,
             max_new_tokens=request.max_new_tokens, costs=self.engine.costs_summary(len(self.prompt_ids)),
             what_if_step=self.what_if.step if self.what_if else None)
+
+
+def _rows(x: torch.Tensor, path: list[int]) -> torch.Tensor:
+    """x's rows on an accepted path (increasing node indices from the root): a view where the path is the
+    tree's first nodes (a chain's always is), a copy otherwise.
+
+    >>> x = torch.arange(4)
+    >>> _rows(x, [0, 1, 2])._base is x, _rows(x, [0, 2]).tolist()
+    (True, [0, 2])
+    """
+    return x[:len(path)] if path[-1] == len(path) - 1 else x[path]
 
 
 def _read_costs(policies: list[str]) -> bool:

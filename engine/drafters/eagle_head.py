@@ -92,8 +92,10 @@ class EagleHeadDrafter(Drafter):
         self.kv = torch.zeros(2, attn.kv_heads, 256, attn.head_dim, dtype=self.dtype, device=self.device)  # [2, kv, C, d]
         self.length = 0  # committed pairs; this step's tree nodes follow them in the cache
         self.pending_tokens: list[int] = []  # context tokens whose pairs are not in the cache yet
-        self.pending_features: list[torch.Tensor] = []  # each [F]: feature of the token before
-        self.root_feature: torch.Tensor | None = None  # [F]: feature of the token before the root
+        # [k, F] blocks whose rows, in order, are the features (each of the token before) of the pending tokens and
+        # then of the root: kept as the target's forwards gave them, joined only when the root forward runs (a
+        # step's accepted path is one block, so mostly never), not a row at a time.
+        self.waiting: list[torch.Tensor] = []
         self.discard_tree()
 
     def discard_tree(self) -> None:
@@ -128,8 +130,7 @@ class EagleHeadDrafter(Drafter):
             features = torch.zeros(0, self.head.fc.in_features, dtype=self.dtype, device=self.device)
         assert len(features) == len(context) - 1, "the head needs a feature per context token but the root"
         self.pending_tokens = list(context[1:-1])
-        self.pending_features = list(features[:-1])
-        self.root_feature = features[-1] if len(features) else self._zero_feature()
+        self.waiting = [features if len(features) else self._zero_feature()[None]]
 
     def _zero_feature(self) -> torch.Tensor:
         return torch.zeros(self.head.fc.in_features, dtype=self.dtype, device=self.device)
@@ -192,9 +193,9 @@ class EagleHeadDrafter(Drafter):
     def _timed_step(self, tokens: list[int], state: torch.Tensor | None, positions: list[int], masked: torch.Tensor | None,
                     first_logit: int, features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One head forward over N new pairs written from column length + ran on, and the draft logits of
-        rows first_logit … N − 1: the draft forward that δ and c count. `masked` [N, M] bool says which of
-        the last M of the columns each row sees (None: causal among the new rows); with `features` [N, F]
-        the state is their fusion, inside the forward. Returns the output states [N, H] and the logits."""
+        rows first_logit … N − 1: the draft forward that δ and c count. `masked` [N, M] (bool or uint8) says
+        which of the last M of the columns each row sees (None: causal among the new rows); with `features`
+        [N, F] the state is their fusion, inside the forward. Returns the output states [N, H] and the logits."""
         start, n = self.length + self.ran, len(tokens)
         self._room(start + n)
         masked = _causal(masked, n)
@@ -202,7 +203,7 @@ class EagleHeadDrafter(Drafter):
             if features is not None:
                 state = self.head.fuse(features)  # [N, H]
             ids = torch.tensor(tokens, device=self.device)
-            at = torch.tensor(positions, device=self.device)
+            at = torch.tensor(positions, dtype=torch.int64, device=self.device)
             if self.native is not None:
                 out, logits = self.native(self.head.embed(ids), state, at, self.kv, start, masked, first_logit)
             else:
@@ -229,12 +230,14 @@ class EagleHeadDrafter(Drafter):
         pairs have joined the cache and the root is node 0, the tree's first column, with its logits [1, Vd]."""
         self.discard_tree()
         tokens = self.pending_tokens + [tree.token[0]]
-        features = torch.stack(self.pending_features + [self.root_feature]).to(self.device)  # [M + 1, F]
+        features = self.waiting[0] if len(self.waiting) == 1 else torch.cat(self.waiting)  # [M + 1, F]
+        if features.device != self.device:
+            features = features.to(self.device)
         positions = list(range(self.length, self.length + len(tokens)))
 
         def store(out: torch.Tensor, logits: torch.Tensor) -> None:
             self.length += len(tokens) - 1
-            self.pending_tokens, self.pending_features = [], []
+            self.pending_tokens, self.waiting = [], [features[-1:]]  # the root's, should the step start again
             self._store([0], [[]], out[-1:], logits)
         return HeadForward(self, tokens, None, positions, None, len(tokens) - 1, features, store)
 
@@ -276,13 +279,11 @@ class EagleHeadDrafter(Drafter):
         if 0 in self.slot:  # the root pair was computed with its real feature: keep it (the tree's first column)
             assert self.slot[0] == 0
             self.length += 1
-        else:
+            self.waiting = []
+        else:  # the root waits as a pending pair, with the feature it waited with as the root (`waiting`'s last)
             self.pending_tokens.append(tree.token[0])
-            self.pending_features.append(self.root_feature)
-        for j, node in enumerate(accepted_path[1:], start=1):
-            self.pending_tokens.append(tree.token[node])
-            self.pending_features.append(features[j - 1])
-        self.root_feature = features[-1]
+        self.pending_tokens += [tree.token[node] for node in accepted_path[1:]]
+        self.waiting.append(features)  # the accepted drafts' features, then the next root's (the path's last)
         self.discard_tree()
 
 
@@ -361,25 +362,26 @@ class HeadForward(DraftForward):
 
 
 def _causal(masked: torch.Tensor | None, n: int) -> torch.Tensor | None:
-    """A step's mask over its new columns: as given, else causal among the n new pairs (None for one)."""
+    """A step's mask over its new columns: as given, else causal among the n new pairs (None for one; the
+    kernel's shared uint8 mask, made once per n)."""
     if masked is None and n > 1:
-        return torch.ones(n, n, dtype=torch.bool).tril()
+        return native.causal_mask(n)
     return masked
 
 
 def _ancestry_mask(above: list[list[int]], ran: int) -> torch.Tensor:
-    """[N, ran + N] bool: row i sees the columns in above[i] (its ancestors among the `ran` run before) and
-    its own, ran + i. Built as one Python list and one tensor: a draft layer is small, and every torch op on
-    a tiny tensor costs microseconds of dispatch.
+    """[N, ran + N] uint8 (the kernel's mask type): row i sees the columns in above[i] (its ancestors among the
+    `ran` run before) and its own, ran + i. Built as one Python list and one tensor: a draft layer is small,
+    and every torch op on a tiny tensor costs microseconds of dispatch.
 
-    >>> _ancestry_mask([[0], [0, 1]], ran=2).int().tolist()
+    >>> _ancestry_mask([[0], [0, 1]], ran=2).tolist()
     [[1, 0, 1, 0], [1, 1, 0, 1]]
     """
     width = ran + len(above)
-    flat = [False] * (len(above) * width)
+    flat = [0] * (len(above) * width)
     for i, columns in enumerate(above):
         row = i * width
         for column in columns:
-            flat[row + column] = True
-        flat[row + ran + i] = True
-    return torch.tensor(flat, dtype=torch.bool).view(len(above), width)
+            flat[row + column] = 1
+        flat[row + ran + i] = 1
+    return torch.tensor(flat, dtype=torch.uint8).view(len(above), width)

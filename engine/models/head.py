@@ -188,12 +188,17 @@ class Eagle3Head(nn.Module):
         return tuple(ids) if ids else ()
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """[...] target ids -> [..., H] embeddings in the head's dtype."""
-        return self._embed[tokens.to(self._embed.device)].to(self.fc.weight.device, self.fc.weight.dtype)
+        """[...] target ids -> [..., H] embeddings in the head's dtype (one op where the target's embeddings
+        already are on the head's device in its dtype: a draft forward's inputs come every layer)."""
+        weight = self.fc.weight
+        rows = self._embed[tokens if tokens.device == self._embed.device else tokens.to(self._embed.device)]
+        return rows if rows.dtype == weight.dtype and rows.device == weight.device else rows.to(weight.device,
+                                                                                                 weight.dtype)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """[..., 3·H_target] target features -> [..., H] fused state."""
-        return self.fc(features.to(self.fc.weight.dtype))
+        dtype = self.fc.weight.dtype
+        return self.fc(features if features.dtype == dtype else features.to(dtype))
 
     def rope(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [B, N] -> cos, sin [B, N, d]."""

@@ -283,6 +283,26 @@ def unsupported_shape(config) -> str | None:
     return None
 
 
+def as_kernel_input(tensor: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """`tensor` as the kernel reads it: of `dtype` and contiguous. Returned as it is where it already is (the
+    usual case: positions made int64, a cached mask), since a no-op `.to()` still costs a dispatch, and after a
+    target forward has swept the caches a dispatch costs several microseconds."""
+    if tensor is None or (tensor.dtype is dtype and tensor.is_contiguous()):
+        return tensor
+    return tensor.to(dtype).contiguous()
+
+
+@functools.lru_cache(maxsize=64)
+def causal_mask(n: int) -> torch.Tensor:
+    """[n, n] uint8, row i seeing columns 0 … i: the kernel's mask for n new tokens that see one another
+    causally (a chain's verify, the head's context pairs), made once per n. Shared: never written.
+
+    >>> causal_mask(3).tolist()
+    [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    """
+    return torch.ones(n, n, dtype=torch.uint8).tril()
+
+
 def _address(tensor: torch.Tensor | None) -> int | None:
     if tensor is None:
         return None
@@ -312,6 +332,7 @@ class NativeForward:
         self.timings = None  # a ctypes double[4] to add each stage's seconds into (glue, products, attention, output)
         self._feature_slots: dict[tuple[int, ...], torch.Tensor] = {}  # layers asked for -> [layers + 1] int32
         self._buffers: dict[int, dict[str, torch.Tensor]] = {}  # scratch per number of tokens
+        self._prepared_calls: dict[tuple[int, tuple[int, ...]], Forward] = {}  # per (tokens, feature layers)
         self._lay_out_weights()  # for the path this CPU takes: now, not in the first forward
 
     def _lay_out_weights(self) -> None:
@@ -323,10 +344,12 @@ class NativeForward:
                 self.tiles = self._copies("tiles", tile_rows, tiles_pay)
                 if tiles_pay(lm.lm_head):
                     self.lm_head_tiles = tile_rows(lm.lm_head)
+                self._prepared_calls.clear()  # they point at the output head's copies as they were
         elif self.pairs is None:
             self.pairs = self._copies("pairs", pair_rows, lambda weight: True)
             if self.lm_head_pairs is None:
                 self.lm_head_pairs = pair_rows(lm.lm_head)
+            self._prepared_calls.clear()
 
     def _copies(self, kind: str, lay_out, wanted) -> list[torch.Tensor]:
         """Every layer's product weights that `wanted` picks, laid out by `lay_out`, their addresses in the
@@ -350,8 +373,7 @@ class NativeForward:
         of its own (FastLM's gathered embeddings are). `cache`: the FastLM session whose KV cache and rotary
         tables the call reads and writes (None: the one the weights were bound from)."""
         lm = cache or self.lm
-        mask = None if mask is None else mask.to(torch.uint8).contiguous()
-        positions = positions.to(torch.int64).contiguous()
+        mask, positions = as_kernel_input(mask, torch.uint8), as_kernel_input(positions, torch.int64)
         call, logits, features, _buffers = self._call(x, feature_layers, logits)  # buffers alive until the call returns
         call.n, call.start, call.capacity = x.shape[0], start, lm.capacity
         call.masked_columns = 0 if mask is None else mask.shape[1]
@@ -373,8 +395,7 @@ class NativeForward:
         seqs = (Sequence * len(sequences))()
         spans, row = [], 0
         for slot, (lm, positions, mask, start) in zip(seqs, sequences):
-            positions = positions.to(torch.int64).contiguous()
-            mask = None if mask is None else mask.to(torch.uint8).contiguous()
+            mask, positions = as_kernel_input(mask, torch.uint8), as_kernel_input(positions, torch.int64)
             kept += [positions, mask]
             n = positions.shape[0]
             slot.n, slot.start, slot.capacity = n, start, lm.capacity
@@ -397,25 +418,33 @@ class NativeForward:
         """The Forward of x's rows, its weights, scratch, logits (None, and no output head, without
         `want_logits`) and features filled (and the scratch, which the caller keeps alive through the call);
         the sequence's (or the batch's) fields are the caller's."""
-        lm, dims = self.lm, self.dims
-        n, hidden, inter = x.shape[0], dims.hidden, dims.inter
-        width = (dims.heads + 2 * dims.kv_heads) * dims.head_dim
-        new = functools.partial(torch.empty, dtype=torch.bfloat16)
-        logits = new(n, dims.vocab) if want_logits else None
-        slots = sorted(set(feature_layers))
-        features = new(len(slots), n, hidden) if slots else None
-        feature_slot = self._feature_slot(tuple(slots))
+        n, dims = x.shape[0], self.dims
+        slots = tuple(sorted(set(feature_layers)))
+        logits = torch.empty(n, dims.vocab, dtype=torch.bfloat16) if want_logits else None
+        features = torch.empty(len(slots), n, dims.hidden, dtype=torch.bfloat16) if slots else None
         self._lay_out_weights()
-        scratch = {**self._scratch(n, hidden, width, dims.heads * dims.head_dim, inter), "feature_slot": feature_slot}
-        call = Forward(dims=ctypes.pointer(dims), threads=team_size(), layers=ctypes.addressof(self.layers),
-                       final_norm=_address(lm.norm), lm_head=_address(lm.lm_head),
-                       lm_head_tiles=_address(self.lm_head_tiles),
-                       lm_head_pairs=_address(self.lm_head_pairs), x=_address(x),
-                       **{k: _address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected", "gate_up",
-                                                            "mlp")},
-                       logits=_address(logits), features=_address(features), feature_slot=_address(feature_slot),
-                       timings=self.timings)
+        call, scratch = self._prepared(n, slots)
+        call.x, call.logits, call.features = _address(x), _address(logits), _address(features)
+        call.threads, call.timings = team_size(), self.timings
         return call, logits, features, scratch
+
+    def _prepared(self, n: int, slots: tuple[int, ...]) -> tuple[Forward, dict[str, torch.Tensor]]:
+        """The Forward of n tokens saving the residual stream at `slots`, with what does not change from call to
+        call filled in (dimensions, weights, scratch), made once per size: after a target forward has swept
+        the caches, thirty fields set from Python cost tens of microseconds a step (NativeHead does the same).
+        Calls take turns (the engine's lock), so one struct serves them all; and its scratch."""
+        scratch = self._scratch(n)
+        call = self._prepared_calls.get((n, slots))
+        if call is None:
+            lm, feature_slot = self.lm, self._feature_slot(slots)
+            call = Forward(dims=ctypes.pointer(self.dims), layers=ctypes.addressof(self.layers),
+                           final_norm=_address(lm.norm), lm_head=_address(lm.lm_head),
+                           lm_head_tiles=_address(self.lm_head_tiles), lm_head_pairs=_address(self.lm_head_pairs),
+                           feature_slot=_address(feature_slot),
+                           **{k: _address(scratch[k]) for k in ("normed", "qkv", "heads_out", "projected", "gate_up",
+                                                                "mlp")})
+            self._prepared_calls[(n, slots)] = call
+        return call, scratch
 
     @staticmethod
     def _features(features: torch.Tensor | None, feature_layers: list[int], spans: list[tuple[int, int]]
@@ -436,15 +465,18 @@ class NativeForward:
             self._feature_slots[slots] = torch.tensor(feature_slot, dtype=torch.int32)
         return self._feature_slots[slots]
 
-    def _scratch(self, n: int, hidden: int, width: int, heads_width: int, inter: int) -> dict[str, torch.Tensor]:
+    def _scratch(self, n: int) -> dict[str, torch.Tensor]:
         """The forward's scratch for n tokens, made once per n (the kernel writes each before reading it):
         a verify of the same tree size as before allocates nothing."""
         if n not in self._buffers:
-            new = functools.partial(torch.empty, dtype=torch.bfloat16)
+            dims, new = self.dims, functools.partial(torch.empty, dtype=torch.bfloat16)
+            hidden, inter, width = dims.hidden, dims.inter, (dims.heads + 2 * dims.kv_heads) * dims.head_dim
             if len(self._buffers) > 16:  # trees and prompts of many sizes: keep the memory bounded
                 self._buffers.clear()
-            self._buffers[n] = {"normed": new(n, hidden), "qkv": new(n, width), "heads_out": new(n, heads_width),
-                                "projected": new(n, hidden), "gate_up": new(n, 2 * inter), "mlp": new(n, inter)}
+                self._prepared_calls.clear()  # each points into its size's scratch
+            self._buffers[n] = {"normed": new(n, hidden), "qkv": new(n, width),
+                                "heads_out": new(n, dims.heads * dims.head_dim), "projected": new(n, hidden),
+                                "gate_up": new(n, 2 * inter), "mlp": new(n, inter)}
         return self._buffers[n]
 
 
@@ -611,8 +643,7 @@ class NativeHead:
         """One call of the kernel's head step (`__call__`'s arguments), at most `max_tokens` pairs."""
         n, capacity = embeds.shape[0], kv.shape[2]
         cos, sin_signed = self._rope(capacity)
-        mask = None if mask is None else mask.to(torch.uint8).contiguous()
-        positions = positions.to(torch.int64).contiguous()
+        mask, positions = as_kernel_input(mask, torch.uint8), as_kernel_input(positions, torch.int64)
         call, out, logits, _kept = self._call(embeds, state, n - first_logit)
         call.start, call.capacity, call.masked_columns = start, capacity, 0 if mask is None else mask.shape[1]
         call.first_logit = first_logit
@@ -633,8 +664,7 @@ class NativeHead:
         first_logits = torch.tensor([step[6] for step in steps], dtype=torch.int32)
         cos, sin_signed = self._rope(max(step[3].shape[2] for step in steps))  # rows enough for every cache
         for slot, (_, _, positions, kv, start, mask, _) in zip(seqs, steps):
-            positions = positions.to(torch.int64).contiguous()
-            mask = None if mask is None else mask.to(torch.uint8).contiguous()
+            mask, positions = as_kernel_input(mask, torch.uint8), as_kernel_input(positions, torch.int64)
             kept += [positions, mask]
             slot.n, slot.start, slot.capacity = positions.shape[0], start, kv.shape[2]
             slot.masked_columns = 0 if mask is None else mask.shape[1]
@@ -661,7 +691,7 @@ class NativeHead:
         out = torch.empty(n, self.dims.hidden, dtype=torch.bfloat16)
         # Written in place of a reused buffer: a fresh tensor costs an allocation, a reused one a copy of every row.
         logits = torch.empty(asked, self.dims.vocab, dtype=torch.bfloat16)
-        embeds, state = embeds.to(torch.bfloat16).contiguous(), state.to(torch.bfloat16).contiguous()
+        embeds, state = as_kernel_input(embeds, torch.bfloat16), as_kernel_input(state, torch.bfloat16)
         call.embeds, call.state, call.x, call.logits = (embeds.data_ptr(), state.data_ptr(), out.data_ptr(),
                                                         logits.data_ptr())
         call.threads = team_size()
@@ -701,15 +731,13 @@ class NativeHead:
 def kernel_rows(masked: torch.Tensor | None, n: int, a: int, b: int) -> torch.Tensor | None:
     """The kernel's mask for rows [a, b) of n new tokens run as one call of a forward split into calls
     (FastLM's and the head's): [b - a, M'] over the last M' columns it has, None where they see every
-    column. `masked` [n, M] bool over the last M columns (None: causal). No row sees a later one (a tree
-    lists parents first, a chain is causal), so the columns of rows ≥ b are dropped."""
+    column. `masked` [n, M] bool or uint8 over the last M columns (None: causal, the shared `causal_mask`). No
+    row sees a later one (a tree lists parents first, a chain is causal), so the columns of rows ≥ b are
+    dropped."""
     if masked is None:
-        rows = torch.ones(b - a, b - a, dtype=torch.bool).tril() if b - a > 1 else None  # causal
-    else:
-        rows = masked[a:b, :max(0, masked.shape[1] - (n - b))]  # [b - a, M'] over the last M' columns
-    if rows is not None and (rows.shape[1] == 0 or bool(rows.all())):
-        return None
-    return rows
+        return causal_mask(b - a) if b - a > 1 else None
+    rows = masked[a:b, :max(0, masked.shape[1] - (n - b))]  # [b - a, M'] over the last M' columns
+    return None if rows.shape[1] == 0 or bool(rows.all()) else rows
 
 
 TOP_K_MAX = 64  # forward.c's TOP_K_MAX: the most values one top_k_lse call ranks per row
