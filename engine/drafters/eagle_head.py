@@ -58,6 +58,7 @@ class EagleHeadDrafter(Drafter):
         self.dtype = head.fc.weight.dtype
         self.device = head.fc.weight.device
         self.native = self._bind_native()
+        self._top_k_out: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}  # top-k outputs per (rows, k)
         self._reset_state()
 
     def _bind_native(self) -> native.NativeHead | None:
@@ -76,6 +77,7 @@ class EagleHeadDrafter(Drafter):
         other.meter = ForwardMeter(self.device)
         other.native = self.native.session() if self.native is not None and forward_choice() == "native" \
             else other._bind_native()
+        other._top_k_out = {}
         other._reset_state()
         return other
 
@@ -155,7 +157,13 @@ class EagleHeadDrafter(Drafter):
         in the kernel for its bf16 logits (one C call) up to the k it ranks (a budgeted policy may ask for
         more: talon's gated layers for everything its budget has left), else by torch over float ones."""
         if draft.dtype == torch.bfloat16 and self.native is not None and k <= native.TOP_K_MAX:
-            return native.top_k_lse(draft, k)
+            shape = (draft.shape[0], k)
+            if shape not in self._top_k_out:  # propose reads them at once and keeps none: written again each layer
+                if len(self._top_k_out) > 64:  # frontiers of many widths: keep it bounded
+                    self._top_k_out.clear()
+                self._top_k_out[shape] = (torch.empty(shape), torch.empty(shape, dtype=torch.int64),
+                                          torch.empty(shape[0]))
+            return native.top_k_lse(draft, k, self._top_k_out[shape])
         draft = draft.float()  # [N, Vd]: the kernel's values and log-sum-exp are float32 too
         top = torch.topk(draft, k, dim=-1)  # [N, k]: one call for the frontier
         return top.values, top.indices, torch.logsumexp(draft, dim=-1)
@@ -203,7 +211,7 @@ class EagleHeadDrafter(Drafter):
             if features is not None:
                 state = self.head.fuse(features)  # [N, H]
             ids = torch.tensor(tokens, device=self.device)
-            at = torch.tensor(positions, dtype=torch.int64, device=self.device)
+            at = _position_tensor(positions, self.device)
             if self.native is not None:
                 out, logits = self.native(self.head.embed(ids), state, at, self.kv, start, masked, first_logit)
             else:
@@ -359,6 +367,20 @@ class HeadForward(DraftForward):
         for forward, (out, logits) in zip(forwards, results):
             forward.drafter.meter.record(ms)
             forward.store(out, logits)
+
+
+def _position_tensor(positions: list[int], device: torch.device) -> torch.Tensor:
+    """positions as an int64 tensor: one `arange` op where they run on by one (a root forward's context pairs,
+    a lone node), where `torch.tensor` dispatches four.
+
+    >>> cpu = torch.device("cpu")
+    >>> _position_tensor([4, 5, 6], cpu).tolist(), _position_tensor([3, 3], cpu).tolist()
+    ([4, 5, 6], [3, 3])
+    """
+    first = positions[0]
+    if positions[-1] - first == len(positions) - 1 and positions == list(range(first, first + len(positions))):
+        return torch.arange(first, first + len(positions), device=device)
+    return torch.tensor(positions, dtype=torch.int64, device=device)
 
 
 def _causal(masked: torch.Tensor | None, n: int) -> torch.Tensor | None:

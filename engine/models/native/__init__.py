@@ -509,7 +509,8 @@ class KernelLinear(nn.Module):
         weight = self.weight
         if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16 or torch.is_grad_enabled():
             return F.linear(x, weight)
-        rows = x.reshape(-1, self.in_features).contiguous()  # [N, K]
+        flat = x.dim() == 2  # the head's fusion: rows already, so no reshape and view (two ops a draft step)
+        rows = as_kernel_input(x if flat else x.reshape(-1, self.in_features), torch.bfloat16)  # [N, K]
         if rows.shape[0] == 0:
             return x.new_empty(*x.shape[:-1], self.out_features)
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.bfloat16)  # [N, R]
@@ -517,7 +518,7 @@ class KernelLinear(nn.Module):
                                    *self._laid_out(), self.out_features, out.data_ptr(), team_size())
         if code:
             raise refused(code, "linear")
-        return out.view(*x.shape[:-1], self.out_features)
+        return out if flat else out.view(*x.shape[:-1], self.out_features)
 
 
 def use_kernel_linears(module: nn.Module) -> int:
@@ -743,16 +744,21 @@ def kernel_rows(masked: torch.Tensor | None, n: int, a: int, b: int) -> torch.Te
 TOP_K_MAX = 64  # forward.c's TOP_K_MAX: the most values one top_k_lse call ranks per row
 
 
-def top_k_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def top_k_lse(logits: torch.Tensor, k: int, out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The k largest of each row of bf16 logits [R, V], largest first (ties to the lower index), as values
     [R, k] float32 and indices [R, k] int64, and each row's log-sum-exp [R] float32: one C call where
-    torch would take three ops and a float copy of every row. k is at most TOP_K_MAX."""
+    torch would take three ops and a float copy of every row. k is at most TOP_K_MAX. `out`: those three
+    tensors to write into (a caller that reads them at once and keeps none: three allocations fewer a call)."""
     assert logits.dtype == torch.bfloat16 and logits.dim() == 2, (logits.dtype, logits.shape)
     logits = logits.contiguous()
     rows, vocab = logits.shape
-    values = torch.empty(rows, k, dtype=torch.float32)
-    indices = torch.empty(rows, k, dtype=torch.int64)
-    lse = torch.empty(rows, dtype=torch.float32)
+    if out is None:
+        out = (torch.empty(rows, k, dtype=torch.float32), torch.empty(rows, k, dtype=torch.int64),
+               torch.empty(rows, dtype=torch.float32))
+    values, indices, lse = out
+    assert values.shape == indices.shape == (rows, k) and lse.shape == (rows,), "out: [R, k], [R, k] and [R]"
+    assert values.dtype == lse.dtype == torch.float32 and indices.dtype == torch.int64, "out: float32, int64, float32"
     code = kernel().top_k_lse(logits.data_ptr(), rows, vocab, k, lse.data_ptr(), indices.data_ptr(), values.data_ptr())
     if code:
         raise refused(code, "top-k")
