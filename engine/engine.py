@@ -198,9 +198,10 @@ class SpecEngine:
 
     @contextmanager
     def _turn(self) -> Iterator[None]:
-        """The model for one run: the engine's lock, and torch's own small ops on one thread beside the
-        native kernel's team (engine/models/device.py)."""
-        with self._lock, one_torch_thread(self.forward_name == "native"):
+        """The model for one run: the engine's lock, torch's own small ops on one thread beside the native
+        kernel's team (engine/models/device.py), and inference mode for every step (entered once: its
+        functions' own `inference` then costs nothing)."""
+        with self._lock, one_torch_thread(self.forward_name == "native"), torch.inference_mode():
             yield
 
     def _new_run(self, prepared: Prepared, emit: Emit | None, cancelled: Callable[[], bool] | None, detail: bool,

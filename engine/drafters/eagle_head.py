@@ -37,7 +37,7 @@ import torch
 
 from engine.drafters.base import DraftForward, Drafter, Proposal
 from engine.models import native
-from engine.models.device import clock
+from engine.models.device import clock, inference
 from engine.models.fastlm import forward_choice
 from engine.models.head import Eagle3Head, default_feature_layers, load_head
 from engine.sampling import SamplingParams, draw_without_replacement, probs_from_logits
@@ -137,7 +137,7 @@ class EagleHeadDrafter(Drafter):
     def _zero_feature(self) -> torch.Tensor:
         return torch.zeros(self.head.fc.in_features, dtype=self.dtype, device=self.device)
 
-    @torch.inference_mode()
+    @inference
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
         draft = self.frontier_draft_logits(tree, frontier)  # [N, Vd]
@@ -315,7 +315,7 @@ class HeadForward(DraftForward):
 
     # Handed out before `propose`, so outside its inference mode: without one of its own the fusion would take
     # autograd's linear, not the kernel's.
-    @torch.inference_mode()
+    @inference
     def run(self) -> None:
         """The forward alone, as the drafter's own call."""
         self.store(*self.drafter._timed_step(self.tokens, self.state, self.positions, self.masked, self.first_logit,
@@ -345,7 +345,7 @@ class HeadForward(DraftForward):
                 cls._run_call(kernel, chunk)
 
     @staticmethod
-    @torch.inference_mode()
+    @inference
     def _run_call(kernel: native.NativeHead, forwards: list["HeadForward"]) -> None:
         """Forwards of several drafters (at most `max_tokens` pairs) in one `head_step_batch`."""
         head, device = forwards[0].drafter.head, forwards[0].drafter.device

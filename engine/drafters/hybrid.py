@@ -30,6 +30,7 @@ from engine.drafters.base import Drafter, Proposal
 from engine.drafters.eagle_head import EagleHeadDrafter, HeadForward
 from engine.drafters.memory import SuffixMemory
 from engine.drafters.suffix import SuffixDrafter
+from engine.models.device import inference
 from engine.sampling import SamplingParams
 from engine.tree import DraftTree
 
@@ -78,7 +79,7 @@ class HybridDrafter(Drafter):
         self._planned = (tree, len(tree), list(frontier), matches, modelled)
         return matches, modelled
 
-    @torch.inference_mode()
+    @inference
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
         matches, modelled = self._plan(tree, frontier)

@@ -8,11 +8,12 @@ the device's queue where there is one and costs nothing on a CPU.
 
 from __future__ import annotations
 
+import functools
 import platform
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
 
@@ -91,6 +92,22 @@ def one_torch_thread(active: bool = True) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+F = TypeVar("F", bound=Callable)
+
+
+def inference(fn: F) -> F:
+    """`torch.inference_mode()` around `fn`, entered only where it is off. A run holds it for all its steps
+    (`SpecEngine._turn`), and entering it again costs ~5 µs a call, ~40 after a target forward has swept the
+    caches (docs/fastpath.md): a chain step called such functions eight times."""
+    @functools.wraps(fn)
+    def within(*args, **kwargs):
+        if torch.is_inference_mode_enabled():
+            return fn(*args, **kwargs)
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+    return within  # type: ignore[return-value]
 
 
 def synchronize(device: torch.device) -> None:

@@ -51,6 +51,7 @@ import torch.nn.functional as F
 
 from engine.models import kvcache, native
 from engine.models.base import BatchItem, ForwardOutput, LanguageModel, NarrowOutput
+from engine.models.device import inference
 from engine.models.lm import CachedLM
 
 MIN_CAPACITY = 256
@@ -185,7 +186,7 @@ class FastLM(LanguageModel):
         self.length = min(self.length, length)
         self.tiled = min(self.tiled, self.length)
 
-    @torch.inference_mode()
+    @inference
     def keep(self, positions: list[int]) -> None:
         """Compacts the cache to the given increasing sequence positions (one gather for all layers)."""
         in_place = kvcache.gather_positions(self.kv, 3, positions)  # [L, 2, kv, C, d]: positions on dim 3
@@ -201,19 +202,19 @@ class FastLM(LanguageModel):
         other._grow(MIN_CAPACITY)
         return other
 
-    @torch.inference_mode()
+    @inference
     def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = (), logits: bool = True
                       ) -> ForwardOutput:
         """Appends `tokens` causally after the cache; with `logits=False` no output head runs."""
         return self._forward(self._share(BatchItem(self, tokens, hidden_layers=hidden_layers)), logits)
 
-    @torch.inference_mode()
+    @inference
     def forward_tree(self, tokens: list[int], positions: torch.Tensor, allowed: torch.Tensor,
                      hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
         """Appends N tree tokens; `allowed` [N, cache_len + N] says which columns each may attend to."""
         return self._forward(self._share(BatchItem(self, tokens, positions, allowed, hidden_layers)))
 
-    @torch.inference_mode()
+    @inference
     def forward_batch(self, items: list[BatchItem]) -> list[ForwardOutput]:
         """Every item over its own session's cache in one forward: the products run once over all items'
         tokens, attention per item under its own mask. The kernel takes up to `kernel_max_tokens` rows a

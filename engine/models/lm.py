@@ -13,6 +13,7 @@ import torch
 
 from engine.models import kvcache
 from engine.models.base import BatchItem, ForwardOutput, LanguageModel, forward_each
+from engine.models.device import inference
 from engine.tree import attention_bias
 
 
@@ -40,7 +41,7 @@ class CachedLM(LanguageModel):
     def reset(self) -> None:
         self.cache = kvcache.new_cache(self.config)
 
-    @torch.inference_mode()
+    @inference
     def forward_chain(self, tokens: list[int], hidden_layers: tuple[int, ...] = (), logits: bool = True
                       ) -> ForwardOutput:
         """Appends `tokens` causally after the cache (Hugging Face's forward computes the logits either way;
@@ -51,7 +52,7 @@ class CachedLM(LanguageModel):
         out = self._run(ids, positions, None, hidden_layers)
         return out if logits else ForwardOutput(logits=None, hidden=out.hidden)
 
-    @torch.inference_mode()
+    @inference
     def forward_tree(self, tokens: list[int], positions: torch.Tensor, allowed: torch.Tensor,
                      hidden_layers: tuple[int, ...] = ()) -> ForwardOutput:
         """Appends N tree tokens; `allowed` [N, cache_len + N] says which columns each may attend to."""
@@ -68,7 +69,7 @@ class CachedLM(LanguageModel):
         logits = out.logits[0]  # [N, V]
         return ForwardOutput(logits=logits if logits.dtype == torch.float64 else logits.float(), hidden=hidden)
 
-    @torch.inference_mode()
+    @inference
     def keep(self, positions: list[int]) -> None:
         """Compacts the cache to the given increasing sequence positions."""
         kvcache.keep_positions(self.cache, positions)

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.models.device import inference
 from engine.models.embedded import cache_root
 
 SOURCE = Path(__file__).with_name("forward.c")
@@ -537,7 +538,7 @@ def use_kernel_linears(module: nn.Module) -> int:
     return swapped
 
 
-@torch.inference_mode()
+@inference
 def rope_tables(rotary: nn.Module, length: int, dtype: torch.dtype, head_dim: int,
                 device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin_signed [length, d] in `dtype` from a model's own rotary module (the same values), sin's
