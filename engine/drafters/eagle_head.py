@@ -313,8 +313,8 @@ class HeadForward(DraftForward):
     def key(self) -> int:
         return id(self.drafter.head)  # sessions of one head share its modules
 
-    # Handed out before `propose`, so outside its inference mode: without one of its own the fusion would take
-    # autograd's linear, not the kernel's.
+    # Handed out before `propose`, so perhaps outside its inference mode (a run holds one; a profile's timer may
+    # not): without the mode the fusion would take autograd's linear, not the kernel's.
     @inference
     def run(self) -> None:
         """The forward alone, as the drafter's own call."""
