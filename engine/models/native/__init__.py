@@ -369,8 +369,8 @@ class NativeForward:
                  ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
         """Logits [N, V] (bf16; None without `logits`: the kernel skips the output head) and the residual
         stream at `feature_layers` ([N, H] each) for x [N, H] at rotary `positions` [N], the new keys and
-        values written from cache slot `start` on; `mask` [N, M] bool over the last M columns (None: every
-        column visible). x, contiguous, is the residual stream the kernel updates in place: pass a tensor
+        values written from cache slot `start` on; `mask` [N, M] bool or uint8 over the last M columns (None:
+        every column visible). x, contiguous, is the residual stream the kernel updates in place: pass a tensor
         of its own (FastLM's gathered embeddings are). `cache`: the FastLM session whose KV cache and rotary
         tables the call reads and writes (None: the one the weights were bound from)."""
         lm = cache or self.lm
@@ -618,8 +618,8 @@ class NativeHead:
                  start: int, mask: torch.Tensor | None, first_logit: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Output states [N, H] and draft logits [N − first_logit, Vd] (bf16, both tensors of their own: the
         drafter keeps them row by row) for N pairs (embeds, state [N, H]) at rotary `positions` [N]; their keys
-        and values go into `kv` [2, kv, C, d] from slot `start`; `mask` [N, M] bool over the last M of the start + N
-        columns (None: all visible, one pair only where N exceeds a call).
+        and values go into `kv` [2, kv, C, d] from slot `start`; `mask` [N, M] bool or uint8 over the last M of the
+        start + N columns (None: all visible, one pair only where N exceeds a call).
 
         More pairs than one call takes (a long prompt's context, read at the first step) run in calls of
         `max_tokens`: rows [a, b) from slot start + a, each seeing the columns before it and, of the new ones,
