@@ -132,10 +132,8 @@ class EagleHeadDrafter(Drafter):
             features = torch.zeros(0, self.head.fc.in_features, dtype=self.dtype, device=self.device)
         assert len(features) == len(context) - 1, "the head needs a feature per context token but the root"
         self.pending_tokens = list(context[1:-1])
-        self.waiting = [features if len(features) else self._zero_feature()[None]]
-
-    def _zero_feature(self) -> torch.Tensor:
-        return torch.zeros(self.head.fc.in_features, dtype=self.dtype, device=self.device)
+        self.waiting = [features if len(features) else torch.zeros(1, features.shape[1], dtype=self.dtype,
+                                                                    device=self.device)]  # nothing before the root
 
     @inference
     def propose(self, tree: DraftTree, frontier: list[int], k: int, sample: bool,
@@ -360,7 +358,7 @@ class HeadForward(DraftForward):
             drafter._room(start + n)
             state = states[forward] if forward.features is not None else forward.state
             steps.append((head.embed(torch.tensor(forward.tokens, device=device)), state,
-                          torch.tensor(forward.positions, device=device), drafter.kv, start,
+                          _position_tensor(forward.positions, device), drafter.kv, start,
                           _causal(forward.masked, n), forward.first_logit))
         results = kernel.batch(steps)
         ms = (clock(device) - began) * 1000

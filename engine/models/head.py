@@ -191,9 +191,12 @@ class Eagle3Head(nn.Module):
         """[...] target ids -> [..., H] embeddings in the head's dtype (one op where the target's embeddings
         already are on the head's device in its dtype: a draft forward's inputs come every layer)."""
         weight = self.fc.weight
-        rows = self._embed[tokens if tokens.device == self._embed.device else tokens.to(self._embed.device)]
-        return rows if rows.dtype == weight.dtype and rows.device == weight.device else rows.to(weight.device,
-                                                                                                 weight.dtype)
+        if tokens.device != self._embed.device:
+            tokens = tokens.to(self._embed.device)
+        rows = self._embed[tokens]
+        if rows.dtype != weight.dtype or rows.device != weight.device:
+            rows = rows.to(weight.device, weight.dtype)
+        return rows
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """[..., 3·H_target] target features -> [..., H] fused state."""
