@@ -556,6 +556,50 @@ def test_heads_of_several_requests_drafting_in_one_call_get_the_bits_of_their_ow
 
 
 @needs_kernel
+def test_a_head_of_int8_rows_drafts_the_bits_its_weights_give_as_bf16(kernel_path):
+    """A head whose products' rows are int8 × 2^e (`round_to_int8_rows`, as the shipped head's are) is read as
+    int8 where the kernel reads it so (the AVX2 build: matmul_int8, half the bytes) and as bf16 pairs or tiles
+    elsewhere: the same values, so every output state, logit and cached key and value has the same bits either
+    way, for the root with its pending pairs and layers of 1, 2, 3, 5 and 12 siblings, and again after the
+    reading is switched back (each switch binds the weights anew, and no call prepared for the old binding is
+    kept). A head whose rows are not of that form is read as bf16 wherever it runs."""
+    import ctypes
+
+    from engine.drafters.eagle_head import EagleHeadDrafter
+    from engine.models.head import INT8_PRODUCTS, round_to_int8_rows
+    from engine.tree import DraftTree
+    from test_hybrid import random_head
+
+    target = tiny_llama(seed=2, hidden=HIDDEN, layers=3, dtype=torch.bfloat16)
+    head = random_head(target, dtype=torch.bfloat16)
+    assert not EagleHeadDrafter(head, num_target_layers=3).native.session().int8_weights  # rows as trained
+    with torch.no_grad():
+        for name in INT8_PRODUCTS:
+            weight = head.get_submodule(name).weight
+            weight.copy_(round_to_int8_rows(weight))
+    context = [(7 * i) % 200 + 1 for i in range(30)]
+    features = torch.randn(len(context) - 1, 3 * HIDDEN, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    seen, drafter = [], EagleHeadDrafter(head, num_target_layers=3)
+    for int8 in (True, False, True):
+        drafter.native.int8 = int8
+        drafter.native._bound()
+        layer = ctypes.addressof(drafter.native.layer)  # every call it keeps reads this binding's weights
+        assert all(call.layer == layer for _, call in drafter.native._prepared_calls.values())
+        reads_int8 = int8 and bool(native.kernel().native_reads_int8())
+        assert sorted(drafter.native.int8_weights) == (["down", "gate_up", "lm_head", "o", "qkv"] if reads_int8 else [])
+        drafter.start(context, features)
+        tree, frontier, outputs = DraftTree.with_root(context[-1]), [0], []
+        for width in (1, 2, 3, 5, 12, 0):  # the root's forward, then each layer's; 0: the last one run
+            drafter.draft_forward(tree, frontier).run()
+            outputs += [drafter.frontier_draft_logits(tree, frontier).clone(),
+                        torch.stack([drafter.node_state[node] for node in frontier])]
+            frontier = [tree.add(frontier[0], (11 * i + width) % 200 + 1, 0.1, 0.1, "head") for i in range(width)]
+        seen.append(outputs + [drafter.kv[:, :, :drafter.cache_len + drafter.ran].clone()])
+    for as_int8, as_bf16, again in zip(*seen):
+        assert torch.equal(as_int8, as_bf16) and torch.equal(again, as_int8)
+
+
+@needs_kernel
 def test_head_sessions_share_the_bound_weights_not_the_scratch_and_rebind_when_a_weight_changes():
     """A request's session of the head reads the copies of the weights its head made once (a request's first
     step used to copy them again), has scratch of its own, and drafts the bits a head of its own drafts; a

@@ -292,6 +292,51 @@ def set_vocab_map(head: Eagle3Head, draft_to_target: torch.Tensor) -> None:
     head._draft_index = head._target_ids = None
 
 
+INT8_PRODUCTS = ("midlayer.self_attn.q_proj", "midlayer.self_attn.k_proj", "midlayer.self_attn.v_proj",
+                 "midlayer.self_attn.o_proj", "midlayer.mlp.gate_proj", "midlayer.mlp.up_proj",
+                 "midlayer.mlp.down_proj", "lm_head")  # the products a draft step reads (fc runs once a step)
+
+
+def _row_scales(weight: torch.Tensor) -> torch.Tensor:
+    """[R] float32: each row's 2^e, the least power of two with every |w| / 2^e ≤ 127 (1 for a zero row)."""
+    top = weight.detach().float().abs().amax(dim=1)
+    return torch.where(top > 0, torch.exp2(torch.ceil(torch.log2(top / 127))), torch.ones_like(top))
+
+
+def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """W [R, K] as q [R, K] int8 and each row's scale 2^e [R] float32 with W = q · 2^e exactly, or None where a
+    row is not of that form (a head trained as it is; `round_to_int8_rows` makes one that is).
+
+    >>> w = torch.tensor([[0.5, -0.25, 0.0], [3.0, 96.0, -127.0]])
+    >>> q, scale = int8_rows(w)
+    >>> q.tolist(), scale.tolist()
+    ([[64, -32, 0], [3, 96, -127]], [0.0078125, 1.0])
+    >>> int8_rows(torch.tensor([[0.3, 1.0]])) is None
+    True
+    """
+    scale = _row_scales(weight)
+    q = weight.detach().float() / scale[:, None]  # exact: a power of two
+    if not torch.equal(q, q.round()) or bool(q.abs().gt(127).any()):
+        return None
+    return q.to(torch.int8), scale
+
+
+def round_to_int8_rows(weight: torch.Tensor) -> torch.Tensor:
+    """W with each row rounded to q · 2^e, q an integer in [−127, 127], 2^e the row's least power of two that
+    keeps its largest |w| within 127 of them (7 significant bits where bf16 has 8): exact in bf16 and fp16,
+    and half the bytes where the kernel reads int8 (forward.c, matmul_int8). The row's largest |w| keeps
+    64–127 steps, so no row loses more than 2^e / 2 anywhere.
+
+    >>> round_to_int8_rows(torch.tensor([[0.3, 1.0]])).tolist()
+    [[0.296875, 1.0]]
+    >>> int8_rows(round_to_int8_rows(torch.randn(4, 8))) is not None
+    True
+    """
+    scale = _row_scales(weight)
+    q = torch.round(weight.detach().float() / scale[:, None]).clamp(-127, 127)
+    return (q * scale[:, None]).to(weight.dtype)
+
+
 def load_head(path: str | Path, embed_tokens: torch.Tensor, dtype: torch.dtype = torch.float32) -> Eagle3Head:
     """A head from a directory holding config.json and published-name weights."""
     path = Path(path)

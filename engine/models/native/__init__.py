@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.models.device import inference
+from engine.models.head import int8_rows
 from engine.models.embedded import cache_root
 
 SOURCE = Path(__file__).with_name("forward.c")
@@ -140,7 +141,8 @@ class Dims(ctypes.Structure):
 class LayerWeights(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in ("qkv", "o", "gate_up", "down", "attn_norm", "mlp_norm",
                                                      "qkv_tiles", "o_tiles", "gate_up_tiles", "down_tiles",
-                                                     "qkv_pairs", "o_pairs", "gate_up_pairs", "down_pairs")]
+                                                     "qkv_pairs", "o_pairs", "gate_up_pairs", "down_pairs",
+                                                     "qkv_int8", "o_int8", "gate_up_int8", "down_int8")]
 
 
 class Forward(ctypes.Structure):
@@ -167,7 +169,7 @@ class HeadStep(ctypes.Structure):
                                                      "first_logit", "norm_before_residual")]
                 + [(name, ctypes.c_void_p) for name in
                    ("positions", "cos", "sin_signed", "kv", "mask", "layer", "hidden_norm", "final_norm",
-                    "lm_head", "lm_head_tiles", "lm_head_pairs", "embeds", "state", "attn_in", "x", "normed", "qkv",
+                    "lm_head", "lm_head_tiles", "lm_head_pairs", "lm_head_int8", "embeds", "state", "attn_in", "x", "normed", "qkv",
                     "heads_out", "projected", "gate_up", "mlp", "logits")])
 
 
@@ -196,6 +198,7 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.native_widen.restype = None
     library.native_max_tokens.restype = ctypes.c_int
     library.native_reads_key_tiles.restype = ctypes.c_int
+    library.native_reads_int8.restype = ctypes.c_int
     library.native_amx_active.restype = ctypes.c_int
     library.native_use_amx.argtypes = [ctypes.c_int]
     library.native_use_amx.restype = None
@@ -246,6 +249,36 @@ def pair_rows(weight: torch.Tensor, group: int = PAIR_ROWS) -> torch.Tensor:
     padded[:rows] = weight
     pairs = padded.view(torch.int32)  # [R', K/2]: a pair of bf16 per int32, in memory order
     return pairs.view(-1, group, k // 2).transpose(1, 2).contiguous()
+
+
+def int8_layout(weight: torch.Tensor, group: int = PAIR_ROWS) -> torch.Tensor | None:
+    """W [R, K] whose rows are int8 × 2^e (engine/models/head.py, `int8_rows`) as forward.c's matmul_int8 reads
+    it, one byte buffer: the ⌈R/32⌉·32 rows' scales 2^e (float32; 1 past R), then [⌈R/32⌉, K/2, 2, 32] int8,
+    pair p of a 32-row group its rows' even elements (k = 2p) then their odd ones, rows past R zero. None where
+    a row is not of that form: the head's bf16 pairs are read instead.
+
+    >>> w = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.5, 0.25, -0.5, 0.0]], dtype=torch.bfloat16)
+    >>> bytes_ = int8_layout(w)
+    >>> bytes_[:32 * 4].view(torch.float32)[:3].tolist()  # scales 2^e: 4 = 64 · 2^-4, 0.5 = 64 · 2^-7; padding 1
+    [0.0625, 0.0078125, 1.0]
+    >>> pairs = bytes_[32 * 4:].view(torch.int8).view(2, 2, 32)  # [K/2 pairs][even, odd][32 rows]
+    >>> pairs[1, 0, :2].tolist(), pairs[1, 1, :2].tolist()  # pair 1: k = 2 (3 = 48 · 2^-4, −0.5), k = 3
+    ([48, -64], [64, 0])
+    >>> int8_layout(torch.tensor([[0.3, 1.0]], dtype=torch.bfloat16)) is None
+    True
+    """
+    found = int8_rows(weight)
+    if found is None:
+        return None
+    q, scale = found
+    rows, k = q.shape
+    padded = -(-rows // group) * group
+    q_padded = torch.zeros(padded, k, dtype=torch.int8)
+    q_padded[:rows] = q
+    scales = torch.ones(padded, dtype=torch.float32)
+    scales[:rows] = scale
+    blocks = q_padded.view(-1, group, k // 2, 2).permute(0, 2, 3, 1).contiguous()  # [R'/32, K/2, 2, 32]
+    return torch.cat([scales.view(torch.uint8), blocks.view(torch.uint8).reshape(-1)])
 
 
 TILED_INPUTS = 1024  # products of at most this many inputs get a copy in tiles (see `tiles_pay`)
@@ -554,8 +587,9 @@ class NativeHead:
     call per draft forward in place of some sixty torch ops. q/k/v and gate/up run fused, from copies made
     here and made again whenever a weight changes in place (a head being trained, then drafted with)."""
 
-    def __init__(self, head) -> None:
+    def __init__(self, head, int8: bool = True) -> None:
         self.library = kernel()
+        self.int8 = int8  # read rows that are int8 × 2^e as int8 where the kernel does (False: as bf16, the same values)
         layer, attn = head.midlayer, head.midlayer.self_attn
         self.head = head
         if head.fc.weight.dtype != torch.bfloat16 or head.fc.weight.device.type != "cpu":
@@ -582,18 +616,26 @@ class NativeHead:
         norms = (layer.input_layernorm, layer.hidden_norm, layer.post_attention_layernorm, head.norm)
         self.norms = [n.weight.detach().contiguous() for n in norms]
         amx = self.library.native_amx_active()
+        int8 = {}
+        if self.int8 and self.library.native_reads_int8():
+            int8 = {name: int8_layout(w) for name, w in self.weights.items()}
+            int8 = {name: layout for name, layout in int8.items() if layout is not None}
         tiles = {name: tile_rows(w) for name, w in self.weights.items() if amx and tiles_pay(w)}
         pairs = {name: pair_rows(w) for name, w in self.weights.items() if not amx or w.shape[0] % 16}
-        self.tiles, self.pairs = tiles, pairs
-        w = self.weights
+        self.tiles, self.pairs, self.int8_weights = tiles, pairs, int8
+        w, products = self.weights, ("qkv", "o", "gate_up", "down")
         self.layer = LayerWeights(*(_address(t) for t in (w["qkv"], w["o"], w["gate_up"], w["down"], self.norms[0],
                                                           self.norms[2])),
-                                  *(_address(tiles.get(name)) for name in ("qkv", "o", "gate_up", "down")),
-                                  *(_address(pairs.get(name)) for name in ("qkv", "o", "gate_up", "down")))
+                                  *(_address(tiles.get(name)) for name in products),
+                                  *(_address(pairs.get(name)) for name in products),
+                                  *(_address(int8.get(name)) for name in products))
         self._version = self._versions()
+        # Every prepared call points into the old binding, and a version can come back (int8 or AMX turned off
+        # and on again): none is kept.
+        self._prepared_calls = {}
 
     def _versions(self) -> tuple:
-        return tuple(s.weight._version for s in self._sources) + (self.library.native_amx_active(),)
+        return tuple(s.weight._version for s in self._sources) + (self.library.native_amx_active(), self.int8)
 
     def _bound(self) -> None:
         """The copies of the weights as they are now (made again where a weight changed since)."""
@@ -710,7 +752,8 @@ class NativeHead:
                             layer=ctypes.addressof(self.layer), hidden_norm=_address(self.norms[1]),
                             final_norm=_address(self.norms[3]), lm_head=_address(self.weights["lm_head"]),
                             lm_head_tiles=_address(self.tiles.get("lm_head")),
-                            lm_head_pairs=_address(self.pairs.get("lm_head")), attn_in=scratch[0].data_ptr(),
+                            lm_head_pairs=_address(self.pairs.get("lm_head")),
+                            lm_head_int8=_address(self.int8_weights.get("lm_head")), attn_in=scratch[0].data_ptr(),
                             **{name: t.data_ptr() for name, t in zip(("normed", "qkv", "heads_out", "projected",
                                                                        "gate_up", "mlp"), scratch[1:])})
             prepared = self._prepared_calls[n] = (self._version, call)

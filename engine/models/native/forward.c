@@ -69,6 +69,8 @@ typedef struct {
                                                                      matmul_amx); NULL where AMX does not run */
     const uint32_t *qkv_pairs, *o_pairs, *gate_up_pairs, *down_pairs; /* the same weights paired (see
                                                                         matmul_pairs); NULL on the AMX path */
+    const void *qkv_int8, *o_int8, *gate_up_int8, *down_int8; /* the same weights as int8 × 2^e rows (see
+                                                                matmul_int8), or NULL: a draft head's, on AVX2 */
 } LayerWeights;
 
 /* Sixteen lanes at a time: bf16 → float32 is exact (a shift); float32 → bf16 rounds to nearest even. */
@@ -338,6 +340,95 @@ static void one_token_groups(const bf16 *x, int K, const uint32_t *Wp, int R, in
         }
     }
     for (int v = 0; v < 4; v++) store_rows(out, group * PAIR_ROWS + 16 * v, R, of_halves(acc[2 * v], acc[2 * v + 1]));
+}
+#endif
+
+#if !AVX512
+/* A draft head's products from int8 rows. A head's weights come from memory again after every verify (the
+ * target's forward sweeps the caches), and on an AVX2 CPU that read is most of a draft step (on the Zen 3, a
+ * head step 0.84 ms after a verify, 0.3 ms warm). A head whose every row is q · 2^e, q an integer in
+ * [−127, 127] and e one exponent per row (`specscope train-head --int8-rows`; the shipped head), holds its
+ * weights exactly in half the bytes: the int8 q, and each row's 2^e. Laid out as the pairs are, in 32-row
+ * groups, pair p of a group is 64 bytes, its 32 rows' even elements then their odd ones: after the
+ * ⌈R/32⌉·32 float scales 2^e, [R/32][K/2][2][32] int8 (engine/models/native/__init__.py, `int8_rows`).
+ *
+ * An element widens to float32 exactly (vpmovsxbd, vcvtdq2ps), and the sums run as pairs_block's do, each
+ * `vdpbf16ps` as its two FMAs, odd first, over q in place of q · 2^e; at the end each sum is multiplied by
+ * its row's 2^e. A power of two commutes with every rounding of the chain, fma(q·2^e, x, a·2^e) =
+ * 2^e · fma(q, x, a), so each output has the bits matmul_pairs gives for the bf16 weights q · 2^e, wherever
+ * no partial sum falls below float32's normal range (2^−126, where the two round differently) — sums of a
+ * draft head's activations are nowhere near it. tests/test_native.py checks the two, bit for bit. */
+static inline __attribute__((always_inline)) __m256 widen_int8(const int8_t *p) { /* 8 int8 → float32 */
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* Rows [r, r + 8) ∩ [0, R) of a token's output: 8 sums times their rows' 2^e, rounded to bf16. */
+static inline void store_scaled8(bf16 *out, int r, int R, __m256 sums, const float *scale) {
+    const __m128i rounded = bf16_of(_mm256_mul_ps(sums, _mm256_loadu_ps(scale + r)));
+    if (r + 8 <= R) _mm_storeu_si128((__m128i *)(out + r), rounded);
+    else if (r < R) {
+        bf16 lanes[8];
+        _mm_storeu_si128((__m128i *)lanes, rounded);
+        memcpy(out + r, lanes, (size_t)(R - r) * sizeof(bf16));
+    }
+}
+
+/* GROUPS 32-row groups from g0 (2 only for a lone token: 8 chains, as one_token_groups) × TOKENS tokens from
+ * t0 (1 or 2), every pair's weights widened once for the block's tokens. */
+static inline __attribute__((always_inline)) void int8_block(const bf16 *x, const float *widened, int K,
+                                                             const int8_t *q, const float *scale, int R, int g0,
+                                                             int t0, bf16 *out, const int GROUPS, const int TOKENS) {
+    const size_t group_bytes = (size_t)(K / 2) * 2 * PAIR_ROWS;
+    const int8_t *w = q + (size_t)g0 * group_bytes;
+    const uint32_t *xs = (const uint32_t *)x + (size_t)t0 * (K / 2);
+    const float *xw = widened != NULL ? widened + (size_t)t0 * K : NULL;
+    __m256 acc[8][2];
+    for (int i = 0; i < 4 * GROUPS; i++)
+        for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int p = 0; p < K / 2; p++, w += 2 * PAIR_ROWS) {
+        __m256 odd_x[2], even_x[2];
+        for (int j = 0; j < TOKENS; j++) token_pair(xs, xw, K, j, p, &odd_x[j], &even_x[j]);
+        for (int i = 0; i < 4 * GROUPS; i++) {
+            const int8_t *half = w + (size_t)(i / 4) * group_bytes + 8 * (i % 4);
+            const __m256 even = widen_int8(half), odd = widen_int8(half + PAIR_ROWS);
+            for (int j = 0; j < TOKENS; j++)
+                acc[i][j] = _mm256_fmadd_ps(even, even_x[j], _mm256_fmadd_ps(odd, odd_x[j], acc[i][j]));
+        }
+    }
+    for (int j = 0; j < TOKENS; j++)
+        for (int i = 0; i < 4 * GROUPS; i++)
+            store_scaled8(out + (size_t)(t0 + j) * R, (g0 + i / 4) * PAIR_ROWS + 8 * (i % 4), R, acc[i][j], scale);
+}
+
+/* Up to how many tokens a product reads the int8 rows where it has the bf16 pairs too. A lone token or two
+ * stream the weights from memory, and half the bytes pay: on the Zen 3 a head step of one token 1.18 → 0.77 ms
+ * after a sweep of the caches (0.40 → 0.31 warm), of two 1.25 → 0.95. From three on the widening costs more
+ * than the bytes save (a warm step of 3 tokens 0.65 → 0.78 ms, of 6 0.76 → 1.15; eagle's steps of wide layers
+ * ~25 % slower in all): those read the pairs, the same values (scripts: a throwaway timing, 2026-12-07). */
+#define INT8_TOKENS 2
+
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ from W's int8 rows (above), called by every thread of the team: each
+ * thread takes an equal run of the 32-row groups, two at a time for a lone token, else each group for every
+ * two tokens in turn (its weights from L1 or L2 after the first). */
+static void matmul_int8(const bf16 *x, int n, int K, const void *Wq, int R, bf16 *out) {
+    const int groups = (R + PAIR_ROWS - 1) / PAIR_ROWS, team = omp_get_num_threads(), me = omp_get_thread_num();
+    const float *scale = Wq;
+    const int8_t *q = (const int8_t *)(scale + (size_t)groups * PAIR_ROWS);
+    const float *widened = n >= 2 ? widen_tokens(x, n, K) : NULL;
+    const int first = (int)((int64_t)groups * me / team), last = (int)((int64_t)groups * (me + 1) / team);
+    for (int g = first; g < last;) {
+        if (n == 1 && last - g >= 2) {
+            int8_block(x, NULL, K, q, scale, R, g, 0, out, 2, 1);
+            g += 2;
+            continue;
+        }
+        for (int t0 = 0; t0 < n; t0 += 2) {
+            if (n - t0 >= 2) int8_block(x, widened, K, q, scale, R, g, t0, out, 1, 2);
+            else int8_block(x, widened, K, q, scale, R, g, t0, out, 1, 1);
+        }
+        g++;
+    }
+#pragma omp barrier
 }
 #endif
 
@@ -617,8 +708,15 @@ static uint32_t *pairs_scratch(int widest) {
  * AMX takes the tokens AMX_MAX_TOKENS at a time (one pass over the weights from memory each); on both paths
  * every output is the same sum in the same order whatever N is, so a token's logits do not depend on the
  * tokens beside it. */
-static void matmul(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, int R,
-                   bf16 *out, uint32_t *packed) {
+static void matmul(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, const void *Wq,
+                   int R, bf16 *out, uint32_t *packed) {
+#if !AVX512
+    if (Wq != NULL && (n <= INT8_TOKENS || Wp == NULL)) { /* a draft head's int8 rows (matmul_int8) */
+        matmul_int8(x, n, K, Wq, R, out);
+        return;
+    }
+#endif
+    (void)Wq;
 #ifdef __AMX_BF16__
     if (packed != NULL && R % 16 == 0) {
         for (int t0 = 0; t0 < n; t0 += AMX_MAX_TOKENS) {
@@ -660,6 +758,10 @@ int native_max_tokens(void) { return MAX_TOKENS; }
 /* Whether a cache's key tiles (Sequence) are read here: on both paths without AMX (AMX reads key rows). */
 int native_reads_key_tiles(void) { return 1; }
 
+/* Whether a draft head's products read int8 rows here (matmul_int8: the AVX2 build); elsewhere its weights
+ * go paired or in tiles, the same values q · 2^e as bf16. */
+int native_reads_int8(void) { return !AVX512; }
+
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ alone, for the draft head's products: one parallel region. `Wt`: W in
  * AMX's tiles (matmul_amx) or NULL; `Wp`: W paired (matmul_pairs), needed where AMX is not active. */
 int linear(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, int R, bf16 *out,
@@ -673,7 +775,7 @@ int linear(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uin
 #ifdef __AMX_BF16__
         if (packed) amx_configure();
 #endif
-        matmul(x, n, K, W, Wt, Wp, R, out, packed);
+        matmul(x, n, K, W, Wt, Wp, NULL, R, out, packed);
 #ifdef __AMX_BF16__
         if (packed) _tile_release();
 #endif
@@ -1211,9 +1313,15 @@ static Sequence sequence_of(const Forward *f) {
                       .kv = f->kv, .key_tiles = f->key_tiles, .mask = f->mask};
 }
 
-/* What a call may ask, checked before anything is read or written: the dimensions, the paired weights
- * the path needs, the rows of all its sequences together, then each sequence. */
-static int check_batch(const Forward *f, const Sequence *seqs, int count) {
+/* Whether the dot-product path has a product's weights in a form it reads: paired, or (AVX2) int8 rows. */
+static inline int readable(const uint32_t *pairs, const void *int8) {
+    return pairs != NULL || (!AVX512 && int8 != NULL);
+}
+
+/* What a call may ask, checked before anything is read or written: the dimensions, the weights in a form
+ * the path reads (the output head's: `lm_head_readable`), the rows of all its sequences together, then each
+ * sequence. */
+static int check_batch(const Forward *f, const Sequence *seqs, int count, int lm_head_readable) {
     const Dims *D = f->dims;
     const int d = D->head_dim, h = D->heads, g = D->kv_heads, width = (h + 2 * g) * d;
     if (D->hidden % 32 || D->inter % 32 || d % 32 || d > 256 || width % 4 || D->vocab % 4
@@ -1226,12 +1334,14 @@ static int check_batch(const Forward *f, const Sequence *seqs, int count) {
         rows += seqs[s].n;
     }
     if (rows != f->n) return NATIVE_BAD_DIMS;
-    if (native_amx_active() && D->vocab % 16 && f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS; /* tiles: 16 rows */
+    if (native_amx_active() && D->vocab % 16 && !lm_head_readable) return NATIVE_NO_PAIRS; /* tiles: 16 rows */
     if (!native_amx_active()) {
-        if (f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS;
+        if (!lm_head_readable) return NATIVE_NO_PAIRS;
         for (int l = 0; l < D->layers; l++) {
             const LayerWeights *w = &f->layers[l];
-            if (!w->qkv_pairs || !w->o_pairs || !w->gate_up_pairs || !w->down_pairs) return NATIVE_NO_PAIRS;
+            if (!readable(w->qkv_pairs, w->qkv_int8) || !readable(w->o_pairs, w->o_int8)
+                || !readable(w->gate_up_pairs, w->gate_up_int8) || !readable(w->down_pairs, w->down_int8))
+                return NATIVE_NO_PAIRS;
         }
     }
     return NATIVE_OK;
@@ -1334,7 +1444,7 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
     const int width = (h + 2 * g) * d, group = h / g;
     const int amx = c->packed != NULL;
     const Layout *layout = c->layout;
-    matmul(c->attn_in, n, c->in_width, w->qkv, w->qkv_tiles, w->qkv_pairs, width, c->qkv, c->packed);
+    matmul(c->attn_in, n, c->in_width, w->qkv, w->qkv_tiles, w->qkv_pairs, w->qkv_int8, width, c->qkv, c->packed);
     mark(clock, 1);
 #pragma omp for schedule(static)
     for (int row = 0; row < n; row++) { /* RoPE on q and k; k and v into the sequence's cache at slot start + t */
@@ -1355,7 +1465,7 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
     if (layout->tile_units) tile_share(c, g, d); /* the same count on every thread: all of the team, or none */
     attend_share(D, c, layout, group, width, amx);
     mark(clock, 2);
-    matmul(c->heads_out, n, h * d, w->o, w->o_tiles, w->o_pairs, H, c->projected, c->packed);
+    matmul(c->heads_out, n, h * d, w->o, w->o_tiles, w->o_pairs, w->o_int8, H, c->projected, c->packed);
     mark(clock, 1);
 #pragma omp for schedule(static)
     for (int t = 0; t < n; t++) { /* row by row over the team: each row's sums as on one thread */
@@ -1363,13 +1473,14 @@ static void decoder_layer(const Dims *D, const LayerWeights *w, const LayerCall 
         rms_norm(c->x + (size_t)t * H, 1, H, w->mlp_norm, D->eps, c->normed + (size_t)t * H);
     }
     mark(clock, 0);
-    matmul(c->normed, n, H, w->gate_up, w->gate_up_tiles, w->gate_up_pairs, 2 * I, c->gate_up, c->packed);
+    matmul(c->normed, n, H, w->gate_up, w->gate_up_tiles, w->gate_up_pairs, w->gate_up_int8, 2 * I, c->gate_up,
+           c->packed);
     mark(clock, 1);
 #pragma omp for schedule(static)
     for (int t = 0; t < n; t++)
         silu_times(c->gate_up + (size_t)t * 2 * I, c->gate_up + (size_t)t * 2 * I + I, I, c->mlp + (size_t)t * I);
     mark(clock, 0);
-    matmul(c->mlp, n, I, w->down, w->down_tiles, w->down_pairs, H, c->projected, c->packed);
+    matmul(c->mlp, n, I, w->down, w->down_tiles, w->down_pairs, w->down_int8, H, c->projected, c->packed);
     mark(clock, 1);
 #pragma omp for schedule(static)
     for (int t = 0; t < n; t++) add_rounded(c->x + (size_t)t * H, c->projected + (size_t)t * H, H);
@@ -1390,7 +1501,7 @@ static int team_scratch(int widest, int S, int threads, uint32_t **packed, float
 
 /* The forward of every sequence's rows, x [Σn, H] in f->x; f's own per-sequence fields are not read. */
 int forward_batch(const Forward *f, const Sequence *seqs, int count) {
-    const int refused = check_batch(f, seqs, count);
+    const int refused = check_batch(f, seqs, count, f->lm_head_pairs != NULL);
     if (refused) return refused;
     const Dims *D = f->dims;
     const int n = f->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
@@ -1429,7 +1540,7 @@ int forward_batch(const Forward *f, const Sequence *seqs, int count) {
         }
         mark(&clock, 0);
         if (f->logits) /* the same pointer on every thread: all of the team skips it, or none */
-            matmul(f->normed, n, H, f->lm_head, f->lm_head_tiles, f->lm_head_pairs, D->vocab, f->logits, packed);
+            matmul(f->normed, n, H, f->lm_head, f->lm_head_tiles, f->lm_head_pairs, NULL, D->vocab, f->logits, packed);
         mark(&clock, 3);
 #ifdef __AMX_BF16__
         if (packed) _tile_release();
@@ -1460,6 +1571,7 @@ typedef struct {
     const bf16 *hidden_norm, *final_norm, *lm_head;
     const bf16 *lm_head_tiles;          /* lm_head in AMX's tiles, or NULL (see matmul_amx) */
     const uint32_t *lm_head_pairs;
+    const void *lm_head_int8;           /* lm_head as int8 × 2^e rows (see matmul_int8), or NULL */
     const bf16 *embeds, *state;         /* [N, H] each */
     bf16 *attn_in;                      /* [N, 2H] scratch */
     bf16 *x;                            /* [N, H]: the output state */
@@ -1480,7 +1592,7 @@ int head_step_batch(const HeadStep *s, const Sequence *seqs, int count, const in
     const int n = s->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
     const Forward as_forward = {.dims = D, .n = n, .layers = s->layer, .lm_head_tiles = s->lm_head_tiles,
                                 .lm_head_pairs = s->lm_head_pairs};
-    const int refused = check_batch(&as_forward, seqs, count);
+    const int refused = check_batch(&as_forward, seqs, count, readable(s->lm_head_pairs, s->lm_head_int8));
     if (refused) return refused;
     for (int i = 0; i < count; i++)
         if (first_logits[i] < 0 || first_logits[i] >= seqs[i].n) return NATIVE_BAD_DIMS;
@@ -1524,7 +1636,8 @@ int head_step_batch(const HeadStep *s, const Sequence *seqs, int count, const in
                 out += (size_t)asked * H;
             }
         }
-        matmul(s->normed, rows, H, s->lm_head, s->lm_head_tiles, s->lm_head_pairs, D->vocab, s->logits, packed);
+        matmul(s->normed, rows, H, s->lm_head, s->lm_head_tiles, s->lm_head_pairs, s->lm_head_int8, D->vocab,
+               s->logits, packed);
 #ifdef __AMX_BF16__
         if (packed) _tile_release();
 #endif
