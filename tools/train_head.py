@@ -14,6 +14,9 @@
 
 `--prune-vocab K --init HEAD --prune-counts IDS.npz` trains nothing: it keeps the K most frequent
 tokens of HEAD's draft vocabulary (tools/training/prune.py) and writes the smaller head the same way.
+`--int8-rows --init HEAD` trains nothing either: it rounds each row of the products a draft step reads
+to q · 2^e, q an integer in [−127, 127] (engine/models/head.py), which the native kernel reads as int8
+where it runs on AVX2 alone; `--eval-bench` measures both heads on the same positions.
 
 Work files (chunks, checkpoints) live in `--work`; only the head is meant to be committed.
 """
@@ -32,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.models.head import default_feature_layers, load_head, save_head
+from engine.models.head import INT8_PRODUCTS, default_feature_layers, load_head, round_to_int8_rows, save_head
 from tools.training import sharegpt
 from tools.training.mix import Writer, build_mix
 from tools.training.objective import DepthStats, depth_stats
@@ -299,6 +302,41 @@ def prune_existing(model, tokenizer, options: TrainHeadOptions, size: int, count
     return metrics
 
 
+def round_existing(model, tokenizer, options: TrainHeadOptions, eos_ids: set[int], pad_id: int,
+                   log=print) -> dict[str, Any]:
+    """`options.init` with the rows of every product a draft step reads (INT8_PRODUCTS) rounded to int8 × 2^e,
+    written to `options.out` with its metrics and model card; no training. With `--eval-bench` both heads are
+    measured on the same evaluation sets."""
+    embeddings = model.get_input_embeddings().weight.detach().float()
+    head = load_head(options.init, embeddings).to(model.device)
+    rounded = load_head(options.init, embeddings).to(model.device)
+    changes = {}
+    with torch.no_grad():
+        for name in INT8_PRODUCTS:
+            before, weight = head.get_submodule(name).weight, rounded.get_submodule(name).weight
+            weight.copy_(round_to_int8_rows(weight))
+            changes[name] = float((weight - before).abs().max() / before.abs().max())
+    metrics_path = Path(options.init) / "metrics.json"
+    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
+    elements = sum(head.get_submodule(name).weight.numel() for name in INT8_PRODUCTS)
+    rows = sum(head.get_submodule(name).weight.shape[0] for name in INT8_PRODUCTS)
+    record = {"products": list(INT8_PRODUCTS), "bf16_bytes": elements * 2, "int8_bytes": elements + 4 * rows,
+              "largest_change": changes, "command": options.command}
+    log(f"rows of {len(INT8_PRODUCTS)} products rounded to int8 x 2^e: {elements * 2 / 1e6:.1f} MB as bf16, "
+        f"{(elements + 4 * rows) / 1e6:.1f} MB as int8; largest change {max(changes.values()):.2%} of a product's "
+        f"largest weight")
+    # Both heads on this run's answers, kept in the record alone: the card's acceptance above stays the
+    # training run's, of the head before rounding, and says so.
+    record["evaluation_before"], record["evaluation_after"] = _measured_heads(model, tokenizer, options, head,
+                                                                              rounded, eos_ids, pad_id, log)
+    metrics["int8_rows"] = record
+    save_head(rounded, options.out, dtype=torch.float16)  # q · 2^e is exact in fp16 as in bf16
+    (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (options.out / "README.md").write_text(model_card(metrics))
+    log(f"wrote {options.out}")
+    return metrics
+
+
 def _pruned_record(head, pruned, counts: torch.Tensor, held_counts: torch.Tensor, always: list[int],
                    counts_path: Path, command: str) -> dict[str, Any]:
     """metrics.json's `pruned`: the sizes, bytes and answer-token coverage before and after, and how."""
@@ -318,8 +356,8 @@ def _pruned_record(head, pruned, counts: torch.Tensor, held_counts: torch.Tensor
 
 def _record_measurements(metrics: dict[str, Any], record: dict[str, Any], options: TrainHeadOptions,
                          before: dict | None, after: dict | None) -> None:
-    """The pruned head's acceptance where it was measured; otherwise the old head's kept on record as its own,
-    never shown as the pruned head's."""
+    """The new head's acceptance (pruned or rounded) where it was measured; otherwise the old head's kept on
+    record as its own, never shown as the new head's."""
     if after is None:
         record["evaluation_before"] = metrics.pop("evaluation", None)
         record["heldout_before_only"] = True
@@ -445,7 +483,7 @@ Trained with `specscope train-head` on self-distillation data from its target.
 {depth_rows}
 
 τ of a top-1 chain of depth {h['depth']}: {h['tau_chain']:.2f}; {trees} (unbounded width, depth {h['depth']}).
-{_sharegpt_section(m)}{_evaluation_section(m)}{_compared_section(m)}{_pruned_section(m)}
+{_sharegpt_section(m)}{_evaluation_section(m)}{_compared_section(m)}{_pruned_section(m)}{_int8_section(m)}
 ## Command
 
 ```
@@ -527,6 +565,35 @@ vocabulary holds: training answers {train['before']:.2%} -> {train['after']:.2%}
 {table}
 ```
 {p['command']}
+```
+"""
+
+
+def _int8_section(m: dict[str, Any]) -> str:
+    """What rounding the products' rows to int8 × 2^e changed, and what it cost in acceptance, when it was done."""
+    if not m.get("int8_rows"):
+        return ""
+    r = m["int8_rows"]
+    table = ("\nNot measured after rounding: the acceptance above is the head's before it, as training measured "
+             "it.\n")
+    if r.get("evaluation_before") and r.get("evaluation_after"):
+        heads = {"bf16 rows": r["evaluation_before"], "int8 rows": r["evaluation_after"]}
+        table = ("\nThe acceptance above is the head's before rounding, as training measured it. Both heads on the "
+                 "same positions\n(this run's answers, every answer token counted):\n\n" + comparison_table(heads) + "\n")
+    names = ", ".join(f"`{name.rsplit('.', 1)[-1]}`" for name in r["products"])
+    return f"""
+## Rows rounded to int8 × 2^e
+
+Every row of the products a draft step reads,
+{names},
+was rounded to q · 2^e, q an integer in [−127, 127] and 2^e the row's least power of two that keeps its largest
+weight within 127 steps (`round_to_int8_rows`; `fc` kept as it was):
+exact in fp16 and bf16, so every path computes with the same weights, and where the native kernel runs on AVX2 alone
+it reads them as int8, {r['bf16_bytes'] / 1e6:.1f} MB as bf16 -> {r['int8_bytes'] / 1e6:.1f} MB, with the bits of the bf16 weights
+(forward.c, matmul_int8). The largest change of a weight: {max(r['largest_change'].values()):.2%} of its product's largest.
+{table}
+```
+{r['command']}
 ```
 """
 
@@ -633,6 +700,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prune-vocab", type=int, default=0,
                    help="no training: write --init's head with only this many of its draft tokens, the most frequent "
                         "in --prune-counts's training answers (measured beside the old head with --eval-bench)")
+    p.add_argument("--int8-rows", action="store_true",
+                   help="no training: write --init's head with its draft step's products' rows rounded to int8 x 2^e "
+                        "(read as int8 by the native kernel on AVX2; measured beside the old head with --eval-bench)")
     p.add_argument("--prune-counts", type=Path, default=None,
                    help="an exported id file (--export-ids) whose training answers' tokens rank the draft vocabulary")
 
@@ -652,7 +722,7 @@ def portable_command(argv: list[str]) -> str:
 
 
 def _sharegpt_plan(args: argparse.Namespace) -> sharegpt.ShareGPTPlan | None:
-    measuring_only = args.evaluate or args.prune_vocab
+    measuring_only = args.evaluate or args.prune_vocab or args.int8_rows
     if not (args.sharegpt or args.sharegpt_self or (measuring_only and args.sharegpt_eval)):
         return None
     return sharegpt.ShareGPTPlan(teacher_forced=args.sharegpt, self_distilled=args.sharegpt_self,
@@ -698,6 +768,11 @@ def command(args: argparse.Namespace) -> int:
         if not (args.init and args.prune_counts):
             raise SystemExit("--prune-vocab needs --init (the head to prune) and --prune-counts (an exported id file)")
         prune_existing(model, tokenizer, options, args.prune_vocab, args.prune_counts, eos, pad)
+        return 0
+    if args.int8_rows:
+        if not args.init:
+            raise SystemExit("--int8-rows needs --init (the head to round)")
+        round_existing(model, tokenizer, options, eos, pad)
         return 0
     if args.from_ids:
         layers = default_feature_layers(model.config.num_hidden_layers)
