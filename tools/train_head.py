@@ -579,8 +579,10 @@ def _int8_section(m: dict[str, Any]) -> str:
     if r.get("evaluation_before") and r.get("evaluation_after"):
         heads = {"bf16 rows": r["evaluation_before"], "int8 rows": r["evaluation_after"]}
         table = ("\nThe acceptance above is the head's before rounding, as training measured it. Both heads on the "
-                 "same positions\n(this run's answers, every answer token counted):\n\n" + comparison_table(heads) + "\n")
+                 "same positions\n(this run's answers, every answer token counted):\n\n"
+                 + comparison_table(heads) + "\n")
     names = ", ".join(f"`{name.rsplit('.', 1)[-1]}`" for name in r["products"])
+    largest = max(r["largest_change"].values())
     return f"""
 ## Rows rounded to int8 × 2^e
 
@@ -589,8 +591,8 @@ Every row of the products a draft step reads,
 was rounded to q · 2^e, q an integer in [−127, 127] and 2^e the row's least power of two that keeps its largest
 weight within 127 steps (`round_to_int8_rows`; `fc` kept as it was):
 exact in fp16 and bf16, so every path computes with the same weights, and where the native kernel runs on AVX2 alone
-it reads them as int8, {r['bf16_bytes'] / 1e6:.1f} MB as bf16 -> {r['int8_bytes'] / 1e6:.1f} MB, with the bits of the bf16 weights
-(forward.c, matmul_int8). The largest change of a weight: {max(r['largest_change'].values()):.2%} of its product's largest.
+it reads them as int8, {r['bf16_bytes'] / 1e6:.1f} MB as bf16 -> {r['int8_bytes'] / 1e6:.1f} MB, with the bits of the bf16
+weights (forward.c, matmul_int8). The largest change of a weight: {largest:.2%} of its product's largest.
 {table}
 ```
 {r['command']}

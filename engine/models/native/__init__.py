@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.models.device import inference
-from engine.models.head import int8_rows
 from engine.models.embedded import cache_root
+from engine.models.head import int8_rows
 
 SOURCE = Path(__file__).with_name("forward.c")
 HEADERS = (Path(__file__).with_name("avx2.h"),)  # what SOURCE includes: part of the build's key
@@ -169,8 +169,8 @@ class HeadStep(ctypes.Structure):
                                                      "first_logit", "norm_before_residual")]
                 + [(name, ctypes.c_void_p) for name in
                    ("positions", "cos", "sin_signed", "kv", "mask", "layer", "hidden_norm", "final_norm",
-                    "lm_head", "lm_head_tiles", "lm_head_pairs", "lm_head_int8", "embeds", "state", "attn_in", "x", "normed", "qkv",
-                    "heads_out", "projected", "gate_up", "mlp", "logits")])
+                    "lm_head", "lm_head_tiles", "lm_head_pairs", "lm_head_int8", "embeds", "state", "attn_in", "x",
+                    "normed", "qkv", "heads_out", "projected", "gate_up", "mlp", "logits")])
 
 
 def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
@@ -585,11 +585,12 @@ def rope_tables(rotary: nn.Module, length: int, dtype: torch.dtype, head_dim: in
 class NativeHead:
     """The kernel's `head_step` bound to an EAGLE-3 head (engine/models/head.py) in bfloat16 on this CPU: one C
     call per draft forward in place of some sixty torch ops. q/k/v and gate/up run fused, from copies made
-    here and made again whenever a weight changes in place (a head being trained, then drafted with)."""
+    here and made again whenever a weight changes in place (a head being trained, then drafted with). A product
+    whose rows are int8 × 2^e (the shipped head's) also gets an int8 copy where the kernel reads one (AVX2)."""
 
     def __init__(self, head, int8: bool = True) -> None:
         self.library = kernel()
-        self.int8 = int8  # read rows that are int8 × 2^e as int8 where the kernel does (False: as bf16, the same values)
+        self.int8 = int8  # rows of int8 × 2^e read as int8 where the kernel does (False: as bf16, the same values)
         layer, attn = head.midlayer, head.midlayer.self_attn
         self.head = head
         if head.fc.weight.dtype != torch.bfloat16 or head.fc.weight.device.type != "cpu":

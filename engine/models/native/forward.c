@@ -404,7 +404,7 @@ static inline __attribute__((always_inline)) void int8_block(const bf16 *x, cons
  * stream the weights from memory, and half the bytes pay: on the Zen 3 a head step of one token 1.18 → 0.77 ms
  * after a sweep of the caches (0.40 → 0.31 warm), of two 1.25 → 0.95. From three on the widening costs more
  * than the bytes save (a warm step of 3 tokens 0.65 → 0.78 ms, of 6 0.76 → 1.15; eagle's steps of wide layers
- * ~25 % slower in all): those read the pairs, the same values (scripts: a throwaway timing, 2026-12-07). */
+ * ~25 % slower in all): those read the pairs, the same values (throwaway timings, 2026-12-07). */
 #define INT8_TOKENS 2
 
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ from W's int8 rows (above), called by every thread of the team: each
@@ -704,10 +704,11 @@ static uint32_t *pairs_scratch(int widest) {
 }
 
 /* out [N, R] = x [N, K] @ W [R, K]ᵀ, called by every thread of the team; `packed` is shared scratch
- * (NULL without AMX, where `Wp` holds the weights paired); `Wt`: W in tiles, or NULL (see matmul_amx).
- * AMX takes the tokens AMX_MAX_TOKENS at a time (one pass over the weights from memory each); on both paths
- * every output is the same sum in the same order whatever N is, so a token's logits do not depend on the
- * tokens beside it. */
+ * (NULL without AMX, where `Wp` holds the weights paired); `Wt`: W in tiles, or NULL (see matmul_amx); `Wq`: a
+ * draft head's int8 rows or NULL, read by the AVX2 build for up to INT8_TOKENS tokens (matmul_int8, the bits
+ * of the pairs). AMX takes the tokens AMX_MAX_TOKENS at a time (one pass over the weights from memory each);
+ * on every path each output is the same sum in the same order whatever N is, so a token's logits do not
+ * depend on the tokens beside it. */
 static void matmul(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, const void *Wq,
                    int R, bf16 *out, uint32_t *packed) {
 #if !AVX512
