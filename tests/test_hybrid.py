@@ -23,10 +23,11 @@ PROMPTS = random_prompts(2, seed=3) + ["the cat the cat the"]
 NEW_TOKENS = 16
 
 
-def random_head(target, dtype=torch.float64) -> Eagle3Head:
+def random_head(target, dtype=torch.float64, draft_vocab: int = 200) -> Eagle3Head:
     torch.manual_seed(5)
-    head = Eagle3Head(head_config(target.config, draft_vocab_size=200), target.get_input_embeddings().weight.detach())
-    set_vocab_map(head, torch.randperm(TINY_VOCAB)[:200].sort().values)
+    head = Eagle3Head(head_config(target.config, draft_vocab_size=draft_vocab),
+                      target.get_input_embeddings().weight.detach())
+    set_vocab_map(head, torch.randperm(TINY_VOCAB)[:draft_vocab].sort().values)
     return head.to(dtype).eval()
 
 

@@ -556,7 +556,8 @@ def test_heads_of_several_requests_drafting_in_one_call_get_the_bits_of_their_ow
 
 
 @needs_kernel
-def test_a_head_of_int8_rows_drafts_the_bits_its_weights_give_as_bf16(kernel_path):
+@pytest.mark.parametrize("draft_vocab", [200, 196])  # 196: the output head's last 8-row store a partial one
+def test_a_head_of_int8_rows_drafts_the_bits_its_weights_give_as_bf16(kernel_path, draft_vocab):
     """A head whose products' rows are int8 × 2^e (`round_to_int8_rows`, as the shipped head's are) is read as
     int8 where the kernel reads it so (the AVX2 build: matmul_int8, half the bytes) and as bf16 pairs or tiles
     elsewhere: the same values, so every output state, logit and cached key and value has the same bits either
@@ -571,7 +572,7 @@ def test_a_head_of_int8_rows_drafts_the_bits_its_weights_give_as_bf16(kernel_pat
     from test_hybrid import random_head
 
     target = tiny_llama(seed=2, hidden=HIDDEN, layers=3, dtype=torch.bfloat16)
-    head = random_head(target, dtype=torch.bfloat16)
+    head = random_head(target, dtype=torch.bfloat16, draft_vocab=draft_vocab)
     assert not EagleHeadDrafter(head, num_target_layers=3).native.session().int8_weights  # rows as trained
     with torch.no_grad():
         for name in INT8_PRODUCTS:
