@@ -585,7 +585,7 @@ def test_a_head_of_int8_rows_drafts_the_bits_its_weights_give_as_bf16(kernel_pat
         drafter.native.int8 = int8
         drafter.native._bound()
         layer = ctypes.addressof(drafter.native.layer)  # every call it keeps reads this binding's weights
-        assert all(call.layer == layer for _, call in drafter.native._prepared_calls.values())
+        assert all(call.layer == layer for call in drafter.native._prepared_calls.values())
         reads_int8 = int8 and bool(native.kernel().native_reads_int8())
         assert sorted(drafter.native.int8_weights) == (["down", "gate_up", "lm_head", "o", "qkv"] if reads_int8 else [])
         drafter.start(context, features)

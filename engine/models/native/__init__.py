@@ -605,7 +605,7 @@ class NativeHead:
         self._version = None
         self._tables: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (capacity, cos, sin_signed)
         self._buffers: dict[int, list[torch.Tensor]] = {}  # scratch per number of pairs
-        self._prepared_calls: dict[int, tuple[tuple, HeadStep]] = {}  # (weights' versions, HeadStep) per number of pairs
+        self._prepared_calls: dict[int, HeadStep] = {}  # per number of pairs, for the binding as it is (_bind)
         self.max_tokens = self.library.native_max_tokens()
 
     def _bind(self) -> None:
@@ -747,8 +747,8 @@ class NativeHead:
         norms, scratch), made once per size and binding of the weights: one field set per input and output a call,
         not thirty, which after a target forward has swept the caches cost tens of microseconds a draft forward."""
         scratch = self._scratch(n)
-        prepared = self._prepared_calls.get(n)
-        if prepared is None or prepared[0] != self._version:
+        call = self._prepared_calls.get(n)
+        if call is None:
             call = HeadStep(dims=ctypes.pointer(self.dims), n=n, norm_before_residual=int(self.head.norm_before_residual),
                             layer=ctypes.addressof(self.layer), hidden_norm=_address(self.norms[1]),
                             final_norm=_address(self.norms[3]), lm_head=_address(self.weights["lm_head"]),
@@ -757,8 +757,8 @@ class NativeHead:
                             lm_head_int8=_address(self.int8_weights.get("lm_head")), attn_in=scratch[0].data_ptr(),
                             **{name: t.data_ptr() for name, t in zip(("normed", "qkv", "heads_out", "projected",
                                                                        "gate_up", "mlp"), scratch[1:])})
-            prepared = self._prepared_calls[n] = (self._version, call)
-        return prepared[1]
+            self._prepared_calls[n] = call
+        return call
 
     def _scratch(self, n: int) -> list[torch.Tensor]:
         """The step's scratch for n pairs (attention input, normed, qkv, heads' outputs, projected, gate/up,

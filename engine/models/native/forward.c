@@ -350,7 +350,7 @@ static void one_token_groups(const bf16 *x, int K, const uint32_t *Wp, int R, in
  * [−127, 127] and e one exponent per row (`specscope train-head --int8-rows`; the shipped head), holds its
  * weights exactly in half the bytes: the int8 q, and each row's 2^e. Laid out as the pairs are, in 32-row
  * groups, pair p of a group is 64 bytes, its 32 rows' even elements then their odd ones: after the
- * ⌈R/32⌉·32 float scales 2^e, [R/32][K/2][2][32] int8 (engine/models/native/__init__.py, `int8_rows`).
+ * ⌈R/32⌉·32 float scales 2^e, [R/32][K/2][2][32] int8 (engine/models/native/__init__.py, `int8_layout`).
  *
  * An element widens to float32 exactly (vpmovsxbd, vcvtdq2ps), and the sums run as pairs_block's do, each
  * `vdpbf16ps` as its two FMAs, odd first, over q in place of q · 2^e; at the end each sum is multiplied by
@@ -400,33 +400,26 @@ static inline __attribute__((always_inline)) void int8_block(const bf16 *x, cons
             store_scaled8(out + (size_t)(t0 + j) * R, (g0 + i / 4) * PAIR_ROWS + 8 * (i % 4), R, acc[i][j], scale);
 }
 
-/* Up to how many tokens a product reads the int8 rows where it has the bf16 pairs too. A lone token or two
+/* Up to how many tokens a product reads the int8 rows (it has the bf16 pairs too). A lone token or two
  * stream the weights from memory, and half the bytes pay: on the Zen 3 a head step of one token 1.18 → 0.77 ms
  * after a sweep of the caches (0.40 → 0.31 warm), of two 1.25 → 0.95. From three on the widening costs more
  * than the bytes save (a warm step of 3 tokens 0.65 → 0.78 ms, of 6 0.76 → 1.15; eagle's steps of wide layers
  * ~25 % slower in all): those read the pairs, the same values (throwaway timings, 2026-12-07). */
 #define INT8_TOKENS 2
 
-/* out [N, R] = x [N, K] @ W [R, K]ᵀ from W's int8 rows (above), called by every thread of the team: each
- * thread takes an equal run of the 32-row groups, two at a time for a lone token, else each group for every
- * two tokens in turn (its weights from L1 or L2 after the first). */
+/* out [N, R] = x [N, K] @ W [R, K]ᵀ from W's int8 rows (above) for N ≤ INT8_TOKENS, called by every thread of
+ * the team: each thread takes an equal run of the 32-row groups, two at a time for a lone token (the last one
+ * alone where the run is odd), one at a time for two. */
 static void matmul_int8(const bf16 *x, int n, int K, const void *Wq, int R, bf16 *out) {
     const int groups = (R + PAIR_ROWS - 1) / PAIR_ROWS, team = omp_get_num_threads(), me = omp_get_thread_num();
     const float *scale = Wq;
     const int8_t *q = (const int8_t *)(scale + (size_t)groups * PAIR_ROWS);
-    const float *widened = n >= 2 ? widen_tokens(x, n, K) : NULL;
+    const float *widened = n == 2 ? widen_tokens(x, n, K) : NULL;
     const int first = (int)((int64_t)groups * me / team), last = (int)((int64_t)groups * (me + 1) / team);
     for (int g = first; g < last;) {
-        if (n == 1 && last - g >= 2) {
-            int8_block(x, NULL, K, q, scale, R, g, 0, out, 2, 1);
-            g += 2;
-            continue;
-        }
-        for (int t0 = 0; t0 < n; t0 += 2) {
-            if (n - t0 >= 2) int8_block(x, widened, K, q, scale, R, g, t0, out, 1, 2);
-            else int8_block(x, widened, K, q, scale, R, g, t0, out, 1, 1);
-        }
-        g++;
+        if (n == 2) int8_block(x, widened, K, q, scale, R, g++, 0, out, 1, 2);
+        else if (last - g >= 2) int8_block(x, NULL, K, q, scale, R, g, 0, out, 2, 1), g += 2;
+        else int8_block(x, NULL, K, q, scale, R, g++, 0, out, 1, 1);
     }
 #pragma omp barrier
 }
@@ -712,7 +705,7 @@ static uint32_t *pairs_scratch(int widest) {
 static void matmul(const bf16 *x, int n, int K, const bf16 *W, const bf16 *Wt, const uint32_t *Wp, const void *Wq,
                    int R, bf16 *out, uint32_t *packed) {
 #if !AVX512
-    if (Wq != NULL && (n <= INT8_TOKENS || Wp == NULL)) { /* a draft head's int8 rows (matmul_int8) */
+    if (Wq != NULL && n <= INT8_TOKENS) { /* a draft head's int8 rows (matmul_int8) */
         matmul_int8(x, n, K, Wq, R, out);
         return;
     }
@@ -1314,15 +1307,9 @@ static Sequence sequence_of(const Forward *f) {
                       .kv = f->kv, .key_tiles = f->key_tiles, .mask = f->mask};
 }
 
-/* Whether the dot-product path has a product's weights in a form it reads: paired, or (AVX2) int8 rows. */
-static inline int readable(const uint32_t *pairs, const void *int8) {
-    return pairs != NULL || (!AVX512 && int8 != NULL);
-}
-
-/* What a call may ask, checked before anything is read or written: the dimensions, the weights in a form
- * the path reads (the output head's: `lm_head_readable`), the rows of all its sequences together, then each
- * sequence. */
-static int check_batch(const Forward *f, const Sequence *seqs, int count, int lm_head_readable) {
+/* What a call may ask, checked before anything is read or written: the dimensions, the paired weights
+ * the path needs, the rows of all its sequences together, then each sequence. */
+static int check_batch(const Forward *f, const Sequence *seqs, int count) {
     const Dims *D = f->dims;
     const int d = D->head_dim, h = D->heads, g = D->kv_heads, width = (h + 2 * g) * d;
     if (D->hidden % 32 || D->inter % 32 || d % 32 || d > 256 || width % 4 || D->vocab % 4
@@ -1335,14 +1322,12 @@ static int check_batch(const Forward *f, const Sequence *seqs, int count, int lm
         rows += seqs[s].n;
     }
     if (rows != f->n) return NATIVE_BAD_DIMS;
-    if (native_amx_active() && D->vocab % 16 && !lm_head_readable) return NATIVE_NO_PAIRS; /* tiles: 16 rows */
+    if (native_amx_active() && D->vocab % 16 && f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS; /* tiles: 16 rows */
     if (!native_amx_active()) {
-        if (!lm_head_readable) return NATIVE_NO_PAIRS;
+        if (f->lm_head_pairs == NULL) return NATIVE_NO_PAIRS;
         for (int l = 0; l < D->layers; l++) {
             const LayerWeights *w = &f->layers[l];
-            if (!readable(w->qkv_pairs, w->qkv_int8) || !readable(w->o_pairs, w->o_int8)
-                || !readable(w->gate_up_pairs, w->gate_up_int8) || !readable(w->down_pairs, w->down_int8))
-                return NATIVE_NO_PAIRS;
+            if (!w->qkv_pairs || !w->o_pairs || !w->gate_up_pairs || !w->down_pairs) return NATIVE_NO_PAIRS;
         }
     }
     return NATIVE_OK;
@@ -1502,7 +1487,7 @@ static int team_scratch(int widest, int S, int threads, uint32_t **packed, float
 
 /* The forward of every sequence's rows, x [Σn, H] in f->x; f's own per-sequence fields are not read. */
 int forward_batch(const Forward *f, const Sequence *seqs, int count) {
-    const int refused = check_batch(f, seqs, count, f->lm_head_pairs != NULL);
+    const int refused = check_batch(f, seqs, count);
     if (refused) return refused;
     const Dims *D = f->dims;
     const int n = f->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
@@ -1593,7 +1578,7 @@ int head_step_batch(const HeadStep *s, const Sequence *seqs, int count, const in
     const int n = s->n, H = D->hidden, d = D->head_dim, h = D->heads, g = D->kv_heads, I = D->inter;
     const Forward as_forward = {.dims = D, .n = n, .layers = s->layer, .lm_head_tiles = s->lm_head_tiles,
                                 .lm_head_pairs = s->lm_head_pairs};
-    const int refused = check_batch(&as_forward, seqs, count, readable(s->lm_head_pairs, s->lm_head_int8));
+    const int refused = check_batch(&as_forward, seqs, count);
     if (refused) return refused;
     for (int i = 0; i < count; i++)
         if (first_logits[i] < 0 || first_logits[i] >= seqs[i].n) return NATIVE_BAD_DIMS;
