@@ -356,8 +356,8 @@ def _pruned_record(head, pruned, counts: torch.Tensor, held_counts: torch.Tensor
 
 def _record_measurements(metrics: dict[str, Any], record: dict[str, Any], options: TrainHeadOptions,
                          before: dict | None, after: dict | None) -> None:
-    """The new head's acceptance (pruned or rounded) where it was measured; otherwise the old head's kept on
-    record as its own, never shown as the new head's."""
+    """The pruned head's acceptance where it was measured; otherwise the old head's kept on record as its own,
+    never shown as the pruned head's."""
     if after is None:
         record["evaluation_before"] = metrics.pop("evaluation", None)
         record["heldout_before_only"] = True
