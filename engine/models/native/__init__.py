@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -173,6 +174,15 @@ class HeadStep(ctypes.Structure):
                     "normed", "qkv", "heads_out", "projected", "gate_up", "mlp", "logits")])
 
 
+class HeadLine(ctypes.Structure):
+    """forward.c's `HeadLine`: the pairs `head_step_line` runs after a head step, each the top-1 child of the one
+    before."""
+
+    _fields_ = ([(name, ctypes.c_int) for name in ("count", "vocab_rows")]
+                + [(name, ctypes.c_void_p) for name in ("embed_table", "to_target", "embeds", "positions", "tokens",
+                                                         "x", "logits")])
+
+
 def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.forward.argtypes = [ctypes.POINTER(Forward)]
     library.forward.restype = ctypes.c_int
@@ -187,6 +197,10 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.head_step_batch.restype = ctypes.c_int
     library.native_head_struct_size.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     library.native_head_struct_size.restype = None
+    library.head_step_line.argtypes = [ctypes.POINTER(HeadStep), ctypes.POINTER(HeadLine)]
+    library.head_step_line.restype = ctypes.c_int
+    library.native_line_struct_size.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    library.native_line_struct_size.restype = None
     library.top_k_lse.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                   ctypes.c_void_p, ctypes.c_void_p]
     library.top_k_lse.restype = ctypes.c_int
@@ -212,15 +226,16 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
 
 def _checked(library: ctypes.CDLL) -> ctypes.CDLL:
     """The library, once its structs' sizes agree with the ctypes mirrors above."""
-    sizes, head, sequence = (ctypes.c_int64 * 3)(), ctypes.c_int64(), ctypes.c_int64()
+    sizes, head, sequence, line = (ctypes.c_int64 * 3)(), ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
     library.native_struct_sizes(sizes)
     library.native_head_struct_size(ctypes.byref(head))
     library.native_sequence_struct_size(ctypes.byref(sequence))
-    sizes = (*sizes, head.value, sequence.value)
+    library.native_line_struct_size(ctypes.byref(line))
+    sizes = (*sizes, head.value, sequence.value, line.value)
     mirrors = (ctypes.sizeof(Dims), ctypes.sizeof(LayerWeights), ctypes.sizeof(Forward), ctypes.sizeof(HeadStep),
-               ctypes.sizeof(Sequence))
+               ctypes.sizeof(Sequence), ctypes.sizeof(HeadLine))
     if tuple(sizes) != mirrors:
-        raise NativeUnavailable(f"forward.c's structs (Dims, LayerWeights, Forward, HeadStep, Sequence: "
+        raise NativeUnavailable(f"forward.c's structs (Dims, LayerWeights, Forward, HeadStep, Sequence, HeadLine: "
                                 f"{tuple(sizes)} bytes) "
                                 f"do not match their ctypes mirrors ({mirrors} bytes)")
     return library
@@ -606,6 +621,7 @@ class NativeHead:
         self._tables: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (capacity, cos, sin_signed)
         self._buffers: dict[int, list[torch.Tensor]] = {}  # scratch per number of pairs
         self._prepared_calls: dict[int, HeadStep] = {}  # per number of pairs, for the binding as it is (_bind)
+        self._tables_of_line: tuple[torch.Tensor, torch.Tensor | None] | None = None  # see `_line_tables`
         self.max_tokens = self.library.native_max_tokens()
 
     def _bind(self) -> None:
@@ -684,8 +700,10 @@ class NativeHead:
         return torch.cat(outs), torch.cat(logits)
 
     def _step(self, embeds: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
-              start: int, mask: torch.Tensor | None, first_logit: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One call of the kernel's head step (`__call__`'s arguments), at most `max_tokens` pairs."""
+              start: int, mask: torch.Tensor | None, first_logit: int, line: HeadLine | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One call of the kernel's head step (`__call__`'s arguments), at most `max_tokens` pairs; with `line`,
+        the line after it in the same call (`step_line`)."""
         n, capacity = embeds.shape[0], kv.shape[2]
         cos, sin_signed = self._rope(capacity)
         mask, positions = as_kernel_input(mask, torch.uint8), as_kernel_input(positions, torch.int64)
@@ -694,10 +712,41 @@ class NativeHead:
         call.first_logit = first_logit
         call.positions, call.cos, call.sin_signed = _address(positions), _address(cos), _address(sin_signed)
         call.kv, call.mask = _address(kv), _address(mask)
-        code = self.library.head_step(ctypes.byref(call))
+        code = (self.library.head_step(ctypes.byref(call)) if line is None
+                else self.library.head_step_line(ctypes.byref(call), ctypes.byref(line)))
         if code:
             raise refused(code, "head step")
         return out, logits
+
+    def step_line(self, embeds: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
+                  start: int, mask: torch.Tensor | None, first_logit: int, count: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, "Line"]:
+        """`__call__` over one call's pairs (at most `max_tokens`), then, in the same call, `count` pairs after its
+        last row, each the top-1 child of the row before (forward.c's `head_step_line`: a chain's next draft
+        layers, with no Python between them); the cache needs room for all. Returns the step's states and logits
+        as `__call__` does, and the line."""
+        assert embeds.shape[0] <= self.max_tokens and count >= 1, (embeds.shape, count)
+        table, to_target = self._line_tables()
+        hidden, vocab = self.dims.hidden, self.dims.vocab
+        line = Line(tokens=torch.empty(count, dtype=torch.int64),
+                    states=torch.empty(count, hidden, dtype=torch.bfloat16),
+                    logits=torch.empty(count, vocab, dtype=torch.bfloat16))
+        scratch = (torch.empty(count, hidden, dtype=torch.bfloat16), torch.empty(count, dtype=torch.int64))
+        struct = HeadLine(count, table.shape[0], table.data_ptr(), _address(to_target),
+                          *(t.data_ptr() for t in scratch), line.tokens.data_ptr(), line.states.data_ptr(),
+                          line.logits.data_ptr())
+        out, logits = self._step(embeds, state, positions, kv, start, mask, first_logit, struct)
+        return out, logits, line
+
+    def _line_tables(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The target's embeddings in the head's bf16 (the rows `Eagle3Head.embed` gives) and the draft vocabulary's
+        target ids (int64; None where the two vocabularies are one), made once."""
+        if self._tables_of_line is None:
+            head = self.head
+            table = head._embed if head._embed.dtype == torch.bfloat16 else head._embed.to(torch.bfloat16)
+            to_target = None if head.d2t is None else head.to_target(torch.arange(head.draft_vocab_size)).long()
+            self._tables_of_line = (table.contiguous(), None if to_target is None else to_target.contiguous())
+        return self._tables_of_line
 
     def batch(self, steps: list[tuple]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Several drafts' steps in one call (`head_step_batch`), each step `_step`'s arguments as a tuple
@@ -772,6 +821,15 @@ class NativeHead:
             self._buffers[n] = [new(n, 2 * hidden), new(n, hidden), new(n, width), new(n, dims.heads * dims.head_dim),
                                 new(n, hidden), new(n, 2 * inter), new(n, inter)]
         return self._buffers[n]
+
+
+@dataclass
+class Line:
+    """The pairs `NativeHead.step_line` ran after a step: each the top-1 child of the one before."""
+
+    tokens: torch.Tensor  # [count] int64: their target ids
+    states: torch.Tensor  # [count, H]: their output states
+    logits: torch.Tensor  # [count, Vd]: their draft logits
 
 
 def kernel_rows(masked: torch.Tensor | None, n: int, a: int, b: int) -> torch.Tensor | None:

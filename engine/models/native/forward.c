@@ -1791,3 +1791,49 @@ static inline __attribute__((always_inline)) int64_t argmax_of(const void *x, in
 int64_t argmax_row(const float *logits, int64_t row, int V) { return argmax_of(logits + row * (int64_t)V, V, 0); }
 
 int64_t argmax_row_bf16(const bf16 *logits, int64_t row, int V) { return argmax_of(logits + row * (int64_t)V, V, 1); }
+
+/* ------------------------------------------------------------------ a line of top-1 children after a head step */
+
+/* A chain drafts each layer as the best child of the layer before, so after a head step the next pairs are
+ * known without the Python between two draft forwards: the last row's top-1 draft token (argmax_of, the
+ * first of equal logits), mapped to its target id and embedding, paired with that row's output state. Each
+ * pair is run as the drafter would run it alone (`head_step` of one pair at the next column and position,
+ * seeing every column up to its own, as its ancestry mask lets it: the step's and the line's before it), so
+ * it has the bits of that call; the drafter takes a pair where the chain drafted its token and drops the
+ * rest (engine/drafters/eagle_head.py). */
+typedef struct {
+    int count;                /* pairs after the step's last row */
+    int vocab_rows;           /* rows of embed_table (the target's vocabulary) */
+    const bf16 *embed_table;  /* [vocab_rows, H]: the target's input embeddings, the head's dtype */
+    const int64_t *to_target; /* [Vd] draft id -> target id, or NULL (the same ids) */
+    bf16 *embeds;             /* [count, H] scratch */
+    int64_t *positions;       /* [count] scratch */
+    int64_t *tokens;          /* [count]: the line's target ids */
+    bf16 *x;                  /* [count, H]: their output states */
+    bf16 *logits;             /* [count, Vd]: their draft logits */
+} HeadLine;
+
+void native_line_struct_size(int64_t *size) { *size = sizeof(HeadLine); }
+
+int head_step_line(const HeadStep *s, const HeadLine *line) {
+    const int H = s->dims->hidden, V = s->dims->vocab;
+    if (line->count < 0 || line->embed_table == NULL) return NATIVE_BAD_DIMS;
+    if (s->start + s->n + line->count > s->capacity) return NATIVE_PAST_CAPACITY;
+    int code = head_step(s);
+    const bf16 *state = s->x + (size_t)(s->n - 1) * H, *logits = s->logits + (size_t)(s->n - 1 - s->first_logit) * V;
+    for (int l = 0; l < line->count && code == NATIVE_OK; l++) {
+        const int64_t draft = argmax_of(logits, V, 1);
+        const int64_t token = line->to_target != NULL ? line->to_target[draft] : draft;
+        if (token < 0 || token >= line->vocab_rows) return NATIVE_BAD_DIMS;
+        memcpy(line->embeds + (size_t)l * H, line->embed_table + (size_t)token * H, H * sizeof(bf16));
+        line->positions[l] = s->positions[s->n - 1] + 1 + l;
+        line->tokens[l] = token;
+        HeadStep pair = *s;
+        pair.n = 1, pair.first_logit = 0, pair.start = s->start + s->n + l, pair.masked_columns = 0, pair.mask = NULL;
+        pair.positions = line->positions + l, pair.embeds = line->embeds + (size_t)l * H, pair.state = state;
+        pair.x = line->x + (size_t)l * H, pair.logits = line->logits + (size_t)l * V;
+        code = head_step(&pair);
+        state = pair.x, logits = pair.logits;
+    }
+    return code;
+}
