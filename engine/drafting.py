@@ -107,7 +107,9 @@ def grow_layers(policy: Policy, drafter: Drafter, root: int, max_depth: int, pre
     Before the drafter proposes for a layer it yields the model forward the layer needs, to be run before it
     goes on (alone or with other requests'). Where the policy need not explain itself (`Policy.explain` off:
     no one reads the pruned candidates) a layer pools only the candidates its `pool_floor` lets through: the
-    same tree, without building a decision for every child below the gate."""
+    same tree, without building a decision for every child below the gate. At the root the drafter is told how
+    many layers the policy will grow as one line of top-1 children (`Policy.line_ahead`, greedy drafts only),
+    which it may run in the root's forward: the same tree either way."""
     draft = Draft(tree=DraftTree.with_root(root))
     sample = policy.sample_children(sampling.temperature)
     frontier, depth = [0], 0
@@ -115,7 +117,8 @@ def grow_layers(policy: Policy, drafter: Drafter, root: int, max_depth: int, pre
         depth += 1
         k = policy.children_per_node(draft.tree, depth)
         if policy.drafts_from_model(depth):
-            forward = drafter.draft_forward(draft.tree, frontier)
+            line = min(policy.line_ahead(), max_depth - 1) if depth == 1 and not sample else 0
+            forward = drafter.draft_forward(draft.tree, frontier, line)
             if forward is not None:
                 yield forward
             proposals = drafter.propose(draft.tree, frontier, k, sample, sampling, generator)

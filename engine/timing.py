@@ -47,18 +47,18 @@ class ForwardMeter:
     ms: float = 0.0
 
     @contextmanager
-    def timed(self) -> Iterator[None]:
-        """Counts and times one model forward."""
+    def timed(self, forwards: int = 1) -> Iterator[None]:
+        """Counts and times one model forward (`forwards`: a call that runs several, one after another)."""
         start = clock(self.device)
         try:
             yield
         finally:
-            self.record((clock(self.device) - start) * 1000)
+            self.record((clock(self.device) - start) * 1000, forwards)
 
-    def record(self, ms: float) -> None:
+    def record(self, ms: float, forwards: int = 1) -> None:
         """Counts one model forward of `ms` (a forward shared with other requests' drafters counts its whole time,
-        as a batch's verify does)."""
-        self.forwards += 1
+        as a batch's verify does), or `forwards` run in one call of `ms`."""
+        self.forwards += forwards
         self.ms += ms
 
     def reading(self) -> tuple[int, float]:

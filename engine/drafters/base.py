@@ -94,10 +94,12 @@ class Drafter(ABC):
                 sampling: SamplingParams, generator: torch.Generator) -> list[Proposal]:
         """Up to k children for each frontier node (nodes may get none)."""
 
-    def draft_forward(self, tree: DraftTree, frontier: list[int]) -> DraftForward | None:
+    def draft_forward(self, tree: DraftTree, frontier: list[int], line: int = 0) -> DraftForward | None:
         """The model forward `propose` would run for this frontier, to run first, perhaps with other requests'
         (`run_draft_forwards`); None where there is none to hand out (a model-free drafter, one whose forwards
-        do not batch, or nothing left to run): `propose` then does what it needs itself."""
+        do not batch, or nothing left to run): `propose` then does what it needs itself. `line`, at the root:
+        the layers below it the policy will grow as one line of top-1 children (`Policy.line_ahead`), which a
+        drafter may run in the root's forward (the head does, engine/drafters/eagle_head.py)."""
         return None
 
     def free_proposals(self, tree: DraftTree, frontier: list[int], k: int) -> list[Proposal]:

@@ -110,6 +110,10 @@ class EagleHeadDrafter(Drafter):
         self.node_logits: dict[int, torch.Tensor] = {}  # node -> [Vd] draft-vocabulary logits
         self.node_lse: dict[int, float] = {}  # node -> log Σ exp(logits), once a greedy proposal needed it
         self.last_ran: tuple[list[int], torch.Tensor | None] = ([], None)  # the last forward's nodes, logits
+        # The root forward's line (`draft_forward`): pairs (target token, state [H], logits [Vd]) in the columns
+        # after the root, for the node below `line_parent` drafted with the first's token, and so on down.
+        self.line: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self.line_parent = 0
 
     @property
     def cache_len(self) -> int:
@@ -173,7 +177,7 @@ class EagleHeadDrafter(Drafter):
     def frontier_draft_logits(self, tree: DraftTree, frontier: list[int]) -> torch.Tensor:
         """[N, Vd] draft-vocabulary logits of the head at each frontier node (computed once per node): the
         kernel's bfloat16 as it wrote them, else float32."""
-        missing = [n for n in frontier if n not in self.node_logits]
+        missing = self._missing(tree, frontier)
         if 0 in missing:
             self._root_forward(tree).run()
             missing.remove(0)
@@ -184,12 +188,36 @@ class EagleHeadDrafter(Drafter):
             return logits  # are the answer as they stand (no copy of N × Vd)
         return torch.stack([self.node_logits[n] for n in frontier])
 
-    def draft_forward(self, tree: DraftTree, frontier: list[int]) -> "HeadForward | None":
-        """The one forward this frontier needs (the root's, or the new nodes'), or None: none, or two."""
-        missing = [n for n in frontier if n not in self.node_logits]
+    def draft_forward(self, tree: DraftTree, frontier: list[int], line: int = 0) -> "HeadForward | None":
+        """The one forward this frontier needs (the root's, or the new nodes'), or None: none, or two. The root's
+        runs `line` more pairs after it where the kernel can (`NativeHead.step_line`: the root's top-1 child, its
+        top-1 child, …), and a later layer whose one new node is the next of them takes it without a forward."""
+        missing = self._missing(tree, frontier)
         if missing == [0]:
-            return self._root_forward(tree)
+            return self._root_forward(tree, line)
         return self._nodes_forward(tree, missing) if missing and 0 not in missing else None
+
+    def _missing(self, tree: DraftTree, frontier: list[int]) -> list[int]:
+        """The frontier's nodes whose forward has not run; a lone one the line ran is taken from it."""
+        missing = [n for n in frontier if n not in self.node_logits]
+        if len(missing) == 1 and self.line and self._take_from_line(tree, missing[0]):
+            return []
+        return missing
+
+    def _take_from_line(self, tree: DraftTree, node: int) -> bool:
+        """Whether `node` is the line's next pair (the child of the last node it gave, or of the root, drafted with
+        the token it ran): then the pair is stored as the node's own forward would have stored it, the same bits
+        in the same column (forward.c's `head_step_line`). Any other node ends the line: the forward that runs
+        it writes over the line's columns."""
+        token, state, logits = self.line[0]
+        if tree.parent[node] != self.line_parent or tree.token[node] != token:
+            self.line = []
+            return False
+        assert self.ran == len(self.ancestry[self.line_parent]), "the line's columns follow its parent's"
+        del self.line[0]
+        self._store([node], [self.ancestry[self.line_parent]], state[None], logits[None])
+        self.line_parent = node
+        return True
 
     def prob(self, node: int, token: int) -> float:
         """q(token | node) after a greedy proposal at `node`; 0 outside the draft vocabulary."""
@@ -197,25 +225,33 @@ class EagleHeadDrafter(Drafter):
         return 0.0 if index < 0 else math.exp(float(self.node_logits[node][index]) - self.node_lse[node])
 
     def _timed_step(self, tokens: list[int], state: torch.Tensor | None, positions: list[int], masked: torch.Tensor | None,
-                    first_logit: int, features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    first_logit: int, features: torch.Tensor | None = None, line: int = 0
+                    ) -> tuple[torch.Tensor, torch.Tensor, native.Line | None]:
         """One head forward over N new pairs written from column length + ran on, and the draft logits of
         rows first_logit … N − 1: the draft forward that δ and c count. `masked` [N, M] (bool or uint8) says
         which of the last M of the columns each row sees (None: causal among the new rows); with `features`
-        [N, F] the state is their fusion, inside the forward. Returns the output states [N, H] and the logits."""
+        [N, F] the state is their fusion, inside the forward. Returns the output states [N, H], the logits, and
+        the `line` pairs run after the last row in the same call, where the kernel runs them (each counts as a
+        forward), else None."""
         start, n = self.length + self.ran, len(tokens)
-        self._room(start + n)
+        line = line if self.native is not None and n <= self.native.max_tokens else 0
+        self._room(start + n + line)
         masked = _causal(masked, n)
-        with self.meter.timed():
+        ran_line = None
+        with self.meter.timed(1 + line):
             if features is not None:
                 state = self.head.fuse(features)  # [N, H]
             ids = torch.tensor(tokens, device=self.device)
             at = _position_tensor(positions, self.device)
-            if self.native is not None:
+            if line:
+                out, logits, ran_line = self.native.step_line(self.head.embed(ids), state, at, self.kv, start, masked,
+                                                              first_logit, line)
+            elif self.native is not None:
                 out, logits = self.native(self.head.embed(ids), state, at, self.kv, start, masked, first_logit)
             else:
                 out, logits = self._torch_step(ids, state, at, start, masked, first_logit)
                 logits = logits.float()  # [R, Vd]
-        return out, logits
+        return out, logits, ran_line
 
     def _torch_step(self, ids: torch.Tensor, state: torch.Tensor, positions: torch.Tensor, start: int,
                     masked: torch.Tensor | None, first_logit: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -231,9 +267,10 @@ class EagleHeadDrafter(Drafter):
         self.kv[1, :, start:start + n] = v[0]
         return out[0], self.head.draft_logits(out[0, first_logit:])
 
-    def _root_forward(self, tree: DraftTree) -> "HeadForward":
+    def _root_forward(self, tree: DraftTree, line: int = 0) -> "HeadForward":
         """The pending context pairs and the root pair in one causal forward; once it has run, the pending
-        pairs have joined the cache and the root is node 0, the tree's first column, with its logits [1, Vd]."""
+        pairs have joined the cache and the root is node 0, the tree's first column, with its logits [1, Vd];
+        and the `line` pairs run after it (`draft_forward`) wait in the next columns."""
         self.discard_tree()
         tokens = self.pending_tokens + [tree.token[0]]
         features = self.waiting[0] if len(self.waiting) == 1 else torch.cat(self.waiting)  # [M + 1, F]
@@ -241,23 +278,26 @@ class EagleHeadDrafter(Drafter):
             features = features.to(self.device)
         positions = list(range(self.length, self.length + len(tokens)))
 
-        def store(out: torch.Tensor, logits: torch.Tensor) -> None:
+        def store(out: torch.Tensor, logits: torch.Tensor, ran_line: native.Line | None = None) -> None:
             self.length += len(tokens) - 1
             self.pending_tokens, self.waiting = [], [features[-1:]]  # the root's, should the step start again
             self._store([0], [[]], out[-1:], logits)
-        return HeadForward(self, tokens, None, positions, None, len(tokens) - 1, features, store)
+            if ran_line is not None:
+                self.line = list(zip(ran_line.tokens.tolist(), ran_line.states.unbind(0), ran_line.logits.unbind(0)))
+        return HeadForward(self, tokens, None, positions, None, len(tokens) - 1, features, store, line)
 
     def _nodes_forward(self, tree: DraftTree, nodes: list[int]) -> "HeadForward":
         """Drafted nodes: each pairs its token with its parent's output state, attending to the committed
         cache, its ancestors and itself (the columns of this step's tree: ran before, N new); once run, their
         logits [N, Vd] are stored."""
         ran = self.ran
+        self.line = []  # its columns are these nodes' now
         above = [self.ancestry[tree.parent[n]] for n in nodes]  # each node's ancestors' columns
         masked = _ancestry_mask(above, ran)  # [N, D + N] over the tree's columns
         state = torch.stack([self.node_state[tree.parent[n]] for n in nodes])  # [N, H]
         positions = [self.length + tree.depth[n] for n in nodes]  # the root pair sits at column `length`
         return HeadForward(self, [tree.token[n] for n in nodes], state, positions, masked, 0, None,
-                           lambda out, logits: self._store(nodes, above, out, logits))
+                           lambda out, logits, _line=None: self._store(nodes, above, out, logits))
 
     def _store(self, nodes: list[int], above: list[list[int]], states: torch.Tensor, logits: torch.Tensor) -> None:
         """Records the nodes just run (their keys are the cache's next columns): states [N, H], logits [N, Vd]."""
@@ -305,7 +345,8 @@ class HeadForward(DraftForward):
     masked: torch.Tensor | None
     first_logit: int
     features: torch.Tensor | None
-    store: Callable[[torch.Tensor, torch.Tensor], None]  # (output states [N, H], logits) -> None
+    store: Callable[..., None]  # (output states [N, H], logits[, the line run after them]) -> None
+    line: int = 0  # pairs to run after the last row, each the top-1 child of the one before (the root's forward)
 
     @property
     def key(self) -> int:
@@ -317,7 +358,7 @@ class HeadForward(DraftForward):
     def run(self) -> None:
         """The forward alone, as the drafter's own call."""
         self.store(*self.drafter._timed_step(self.tokens, self.state, self.positions, self.masked, self.first_logit,
-                                             self.features))
+                                             self.features, self.line))
 
     @classmethod
     def run_together(cls, forwards: list["HeadForward"]) -> None:

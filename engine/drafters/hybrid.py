@@ -63,9 +63,9 @@ class HybridDrafter(Drafter):
         self.suffix.start(context)
         self._modelled = set()
 
-    def draft_forward(self, tree: DraftTree, frontier: list[int]) -> HeadForward | None:
+    def draft_forward(self, tree: DraftTree, frontier: list[int], line: int = 0) -> HeadForward | None:
         _, modelled = self._plan(tree, frontier)
-        return self.head.draft_forward(tree, modelled) if modelled else None
+        return self.head.draft_forward(tree, modelled, line) if modelled else None
 
     def _plan(self, tree: DraftTree, frontier: list[int]) -> tuple[dict[int, Proposal], list[int]]:
         """The frontier's matches and the nodes the head runs at; `draft_forward` plans what `propose` then

@@ -133,6 +133,12 @@ class Policy(ABC):
         """How many children the drafter should propose for each frontier node of the layer at `depth`,
         given the tree grown so far (a budgeted policy asks for no more than it could keep)."""
 
+    def line_ahead(self) -> int:
+        """How many layers below the root this step will grow as one line, each the drafter's best child of the
+        node above (a chain's γ − 1; 0: a tree, whose shape each layer decides). A drafter may run them in the
+        root's forward; a layer whose node is not the one it ran drafts as ever, so the tree is the same."""
+        return 0
+
     def drafts_from_model(self, depth: int) -> bool:
         """Whether layer `depth` takes the drafter's ordinary proposals; False: only its free ones
         (`Drafter.free_proposals`, a model-free match's continuation, which costs no draft forward)."""

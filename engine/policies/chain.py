@@ -124,6 +124,9 @@ class ChainPolicy(Policy):
     def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return 1
 
+    def line_ahead(self) -> int:
+        return self.gamma_now - 1
+
     def drafts_from_model(self, depth: int) -> bool:
         return depth <= self.gamma_now
 
