@@ -268,6 +268,9 @@ def test_a_kernel_whose_structs_differ_from_their_mirrors_is_refused_at_load():
         def native_sequence_struct_size(self, size):
             size._obj.value = 16
 
+        def native_line_struct_size(self, size):
+            size._obj.value = 8
+
     with pytest.raises(native.NativeUnavailable, match="do not match their ctypes mirrors"):
         native._checked(Stale())
 
@@ -598,6 +601,50 @@ def test_a_head_of_int8_rows_drafts_the_bits_its_weights_give_as_bf16(kernel_pat
         seen.append(outputs + [drafter.kv[:, :, :drafter.cache_len + drafter.ran].clone()])
     for as_int8, as_bf16, again in zip(*seen):
         assert torch.equal(as_int8, as_bf16) and torch.equal(again, as_int8)
+
+
+@needs_kernel
+@pytest.mark.parametrize("draft_vocab", [200, 196])
+def test_a_line_run_with_the_roots_forward_drafts_the_bits_each_nodes_own_forward_gives(kernel_path, draft_vocab):
+    """A chain's next layers run in the root's forward (`draft_forward(..., line)`, forward.c's head_step_line):
+    each the head's top-1 child of the node above, in the next column. Every node the chain then drafts with
+    that token takes its pair without a forward of its own, with the output state, logits and cached keys and
+    values its own forward gives (a head of int8 rows too, as the shipped one); a node of another token ends
+    the line and runs as ever, over the line's columns; each pair the line ran counts as a draft forward."""
+    from engine.drafters.eagle_head import EagleHeadDrafter
+    from engine.models.head import INT8_PRODUCTS, round_to_int8_rows
+    from engine.sampling import SamplingParams
+    from engine.tree import DraftTree
+    from test_hybrid import random_head
+
+    target = tiny_llama(seed=2, hidden=HIDDEN, layers=3, dtype=torch.bfloat16)
+    head = random_head(target, dtype=torch.bfloat16, draft_vocab=draft_vocab)
+    if draft_vocab == 196:
+        with torch.no_grad():
+            for name in INT8_PRODUCTS:
+                head.get_submodule(name).weight.copy_(round_to_int8_rows(head.get_submodule(name).weight))
+    context = [(7 * i) % 200 + 1 for i in range(30)]
+    features = torch.randn(len(context) - 1, 3 * HIDDEN, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    seen = {}
+    for line in (3, 0):
+        drafter = EagleHeadDrafter(head, num_target_layers=3)
+        drafter.start(context, features)
+        tree, node, forwards, outputs = DraftTree.with_root(context[-1]), 0, [], []
+        drafter.draft_forward(tree, [0], line).run()
+        for depth in range(1, 5):  # the line's three pairs, then a node past it; at depth 3, not the line's token
+            best = drafter.propose(tree, [node], 1, False, SamplingParams(), None)[0].token[0]
+            node = tree.add(node, best if depth != 3 else best + 1, 0.5, 0.5, "head")
+            forward = drafter.draft_forward(tree, [node])
+            forwards.append(forward is not None)
+            if forward is not None:
+                forward.run()
+            outputs += [drafter.node_logits[node], drafter.node_state[node]]
+        seen[line] = (forwards, drafter.meter.forwards, outputs, drafter.kv[:, :, :drafter.cache_len + drafter.ran])
+    (forwards, counted, with_line, cache), (own_forwards, own_counted, alone, own_cache) = seen[3], seen[0]
+    assert forwards == [False, False, True, True] and own_forwards == [True] * 4
+    assert counted == 1 + 3 + 2 and own_counted == 5  # the root's call ran 4 passes, one of them dropped
+    for one, other in zip(with_line + [cache], alone + [own_cache]):
+        assert torch.equal(one, other)
 
 
 @needs_kernel
