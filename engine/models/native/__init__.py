@@ -179,8 +179,7 @@ class HeadLine(ctypes.Structure):
     before."""
 
     _fields_ = ([(name, ctypes.c_int) for name in ("count", "vocab_rows")]
-                + [(name, ctypes.c_void_p) for name in ("embed_table", "to_target", "embeds", "positions", "tokens",
-                                                         "x", "logits")])
+                + [(name, ctypes.c_void_p) for name in ("embed_table", "to_target", "tokens", "x", "logits")])
 
 
 def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
@@ -731,10 +730,8 @@ class NativeHead:
         line = Line(tokens=torch.empty(count, dtype=torch.int64),
                     states=torch.empty(count, hidden, dtype=torch.bfloat16),
                     logits=torch.empty(count, vocab, dtype=torch.bfloat16))
-        scratch = (torch.empty(count, hidden, dtype=torch.bfloat16), torch.empty(count, dtype=torch.int64))
-        struct = HeadLine(count, table.shape[0], table.data_ptr(), _address(to_target),
-                          *(t.data_ptr() for t in scratch), line.tokens.data_ptr(), line.states.data_ptr(),
-                          line.logits.data_ptr())
+        struct = HeadLine(count, table.shape[0], table.data_ptr(), _address(to_target), line.tokens.data_ptr(),
+                          line.states.data_ptr(), line.logits.data_ptr())
         out, logits = self._step(embeds, state, positions, kv, start, mask, first_logit, struct)
         return out, logits, line
 

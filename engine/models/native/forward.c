@@ -1806,8 +1806,6 @@ typedef struct {
     int vocab_rows;           /* rows of embed_table (the target's vocabulary) */
     const bf16 *embed_table;  /* [vocab_rows, H]: the target's input embeddings, the head's dtype */
     const int64_t *to_target; /* [Vd] draft id -> target id, or NULL (the same ids) */
-    bf16 *embeds;             /* [count, H] scratch */
-    int64_t *positions;       /* [count] scratch */
     int64_t *tokens;          /* [count]: the line's target ids */
     bf16 *x;                  /* [count, H]: their output states */
     bf16 *logits;             /* [count, Vd]: their draft logits */
@@ -1825,12 +1823,11 @@ int head_step_line(const HeadStep *s, const HeadLine *line) {
         const int64_t draft = argmax_of(logits, V, 1);
         const int64_t token = line->to_target != NULL ? line->to_target[draft] : draft;
         if (token < 0 || token >= line->vocab_rows) return NATIVE_BAD_DIMS;
-        memcpy(line->embeds + (size_t)l * H, line->embed_table + (size_t)token * H, H * sizeof(bf16));
-        line->positions[l] = s->positions[s->n - 1] + 1 + l;
+        const int64_t position = s->positions[s->n - 1] + 1 + l;
         line->tokens[l] = token;
-        HeadStep pair = *s;
+        HeadStep pair = *s; /* the pair's embedding is the table's row as it lies: the head step only reads it */
         pair.n = 1, pair.first_logit = 0, pair.start = s->start + s->n + l, pair.masked_columns = 0, pair.mask = NULL;
-        pair.positions = line->positions + l, pair.embeds = line->embeds + (size_t)l * H, pair.state = state;
+        pair.positions = &position, pair.embeds = line->embed_table + (size_t)token * H, pair.state = state;
         pair.x = line->x + (size_t)l * H, pair.logits = line->logits + (size_t)l * V;
         code = head_step(&pair);
         state = pair.x, logits = pair.logits;
