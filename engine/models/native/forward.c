@@ -193,8 +193,10 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
  * 8 tokens on the products are bound by the FMAs (docs/fastpath.md; NULL: split here). Three shapes, as 16
  * ymm registers allow, each accumulator a chain of two dependent FMAs per pair (8 cycles on a Zen 3, where
  * two FMAs issue a cycle: 8 chains keep both pipes busy, 4 leave them half idle):
- * - up to 2 tokens: 32 rows (2 × 2 halves) × 2 tokens, every pair's weights used once as they stream in (a
- *   lone token: 64 rows, one_token_groups);
+ * - up to 2 tokens: 32 rows (2 × 2 halves) × 2 tokens, every pair's weights used once as they stream in, and
+ *   for 2 tokens prefetched as 3 tokens' are (their 8 chains too keep the hardware's prefetch behind: a 2-token
+ *   forward on the Zen 3 10.9 → 10.5 ms median, 10.3 → 9.7 min; a lone token's stream was slower with it: 8.4 →
+ *   9.2 ms) (a lone token: 64 rows, one_token_groups);
  * - 3 tokens as a product's first block (token_block): 32 rows × 3 tokens in one pass, 12 chains, the
  *   weights prefetched as they stream in (a 3-token forward on the Zen 3 12.3 ms, 13.8 as 2 passes of 16 rows);
  * - 4 tokens (3 in a later block or a lone 16-row vector): 16 rows × 4 tokens at a time, over a run of
@@ -252,19 +254,20 @@ static inline __attribute__((always_inline)) void pairs_block(const bf16 *x, con
     const float *xw = widened != NULL ? widened + (size_t)t0 * K : NULL;
     if (TOKENS <= 2 || (TOKENS == 3 && VECS == 2 && t0 == 0)) { /* one pass over the rows' pairs */
         /* held: up to 2 tokens' pairs stay in registers over the halves; 3 tokens' 12 chains leave no room for
-         * them, so each half broadcasts them again (from L1), and their weights are prefetched as they stream */
+         * them, so each half broadcasts them again (from L1); from 2 tokens the weights are prefetched as they
+         * stream */
         const int held = TOKENS <= 2;
         __m256 acc[4][3];
         for (int i = 0; i < 2 * VECS; i++)
             for (int j = 0; j < TOKENS; j++) acc[i][j] = _mm256_setzero_ps();
         for (int p = 0; p < K / 2; p++, w += PAIR_ROWS) {
             __m256 odd_x[3], even_x[3];
-            if (held)
-                for (int j = 0; j < TOKENS; j++) token_pair(xs, xw, K, j, p, &odd_x[j], &even_x[j]);
-            else {
+            if (TOKENS >= 2) {
                 _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS), _MM_HINT_T0);
                 _mm_prefetch((const char *)(w + PREFETCH_PAIRS * PAIR_ROWS + 16), _MM_HINT_T0);
             }
+            if (held)
+                for (int j = 0; j < TOKENS; j++) token_pair(xs, xw, K, j, p, &odd_x[j], &even_x[j]);
             for (int i = 0; i < 2 * VECS; i++) {
                 __m256 odd, even;
                 split_pairs(_mm256_loadu_si256((const __m256i *)(w + 8 * i)), &odd, &even);
