@@ -27,6 +27,7 @@ import copy
 import ctypes
 import functools
 import hashlib
+import mmap
 import os
 import platform
 import shutil
@@ -295,6 +296,40 @@ def int8_layout(weight: torch.Tensor, group: int = PAIR_ROWS) -> torch.Tensor | 
     return torch.cat([scales.view(torch.uint8), blocks.view(torch.uint8).reshape(-1)])
 
 
+HUGE_PAGE = 2 << 20  # bytes: x86's large page
+
+
+def on_huge_pages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors copied into one arena that Linux is asked to back with 2 MB pages (`MADV_HUGEPAGE`, which
+    transparent huge pages honour in their default `madvise` mode), each at a 4 KB boundary; the tensors as they
+    are where the OS offers no such advice. A forward streams every weight from memory, and in 4 KB pages each
+    4 KB costs a TLB walk and ends the hardware prefetcher's stream: on a Zen 3 (throwaway A/B, one process,
+    40 interleaved rounds, the same bits) a forward of 1–4 tokens 1–3 % faster. Under 1 MB in all, the tensors
+    stay as they are (a huge page would be mostly empty). The copies keep the arena alive.
+
+    >>> a, b = on_huge_pages([torch.arange(3), torch.ones(512, 512)])
+    >>> a.tolist(), b.sum().item(), (b.data_ptr() - a.data_ptr()) % 4096
+    ([0, 1, 2], 262144.0, 0)
+    >>> small = torch.ones(4); on_huge_pages([small])[0] is small
+    True
+    """
+    advise = getattr(mmap, "MADV_HUGEPAGE", None)
+    sizes = [-(-t.numel() * t.element_size() // 4096) * 4096 for t in tensors]
+    if advise is None or sum(sizes) < HUGE_PAGE // 2:
+        return tensors
+    arena = mmap.mmap(-1, sum(sizes) + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    arena.madvise(advise)  # before the first touch: the pages are huge from the start (no khugepaged pass)
+    whole = torch.frombuffer(arena, dtype=torch.uint8)  # holds the arena while any view of it lives
+    offset = -whole.data_ptr() % HUGE_PAGE  # the large pages are the aligned 2 MB runs
+    copies = []
+    for tensor, size in zip(tensors, sizes):
+        nbytes = tensor.numel() * tensor.element_size()
+        copy_ = whole[offset:offset + nbytes].view(tensor.dtype).view(tensor.shape)
+        copies.append(copy_.copy_(tensor))
+        offset += size
+    return copies
+
+
 TILED_INPUTS = 1024  # products of at most this many inputs get a copy in tiles (see `tiles_pay`)
 
 
@@ -385,31 +420,34 @@ class NativeForward:
 
     def _lay_out_weights(self) -> None:
         """The copy of the weights the path active now reads, made where it is missing: in tiles for AMX's
-        wide products (where they pay), paired for the dot products."""
+        wide products (where they pay), paired for the dot products; on huge pages where the OS allows."""
         lm = self.lm
         if self.library.native_amx_active():
             if self.tiles is None:
-                self.tiles = self._copies("tiles", tile_rows, tiles_pay)
-                if tiles_pay(lm.lm_head):
-                    self.lm_head_tiles = tile_rows(lm.lm_head)
+                output = tile_rows(lm.lm_head) if tiles_pay(lm.lm_head) else None
+                self.tiles, self.lm_head_tiles = self._copies("tiles", tile_rows, tiles_pay, output)
                 self._prepared_calls.clear()  # they point at the output head's copies as they were
         elif self.pairs is None:
-            self.pairs = self._copies("pairs", pair_rows, lambda weight: True)
-            if self.lm_head_pairs is None:
-                self.lm_head_pairs = pair_rows(lm.lm_head)
+            output = self.lm_head_pairs if self.lm_head_pairs is not None else pair_rows(lm.lm_head)
+            self.pairs, self.lm_head_pairs = self._copies("pairs", pair_rows, lambda weight: True, output)
             self._prepared_calls.clear()
 
-    def _copies(self, kind: str, lay_out, wanted) -> list[torch.Tensor]:
+    def _copies(self, kind: str, lay_out, wanted, output: torch.Tensor | None
+                ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         """Every layer's product weights that `wanted` picks, laid out by `lay_out`, their addresses in the
-        LayerWeights fields named `{product}_{kind}`; the copies, which must stay alive."""
-        copies = []
+        LayerWeights fields named `{product}_{kind}`, and the output head's copy `output` (or None), all moved
+        to one arena of huge pages (`on_huge_pages`): the copies, which must stay alive, and the output head's."""
+        copies, fields = [], []
         for layer, weights in zip(self.lm.layers, self.layers):
             for name in ("qkv", "o", "gate_up", "down"):
                 weight = getattr(layer, name)
                 if wanted(weight):
                     copies.append(lay_out(weight))
-                    setattr(weights, f"{name}_{kind}", copies[-1].data_ptr())
-        return copies
+                    fields.append((weights, f"{name}_{kind}"))
+        copies = on_huge_pages(copies + ([output] if output is not None else []))
+        for (weights, field), copy_ in zip(fields, copies):
+            setattr(weights, field, copy_.data_ptr())
+        return copies[:len(fields)], copies[len(fields)] if output is not None else None
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
                  feature_layers: list[int], cache=None, logits: bool = True
@@ -549,7 +587,7 @@ class KernelLinear(nn.Module):
         key = (self.weight._version, amx)
         if self._laid is None or self._laid[0] != key:
             weight = self.weight.detach()
-            self._laid = (key, tile_rows(weight) if amx else pair_rows(weight))
+            self._laid = (key, *on_huge_pages([tile_rows(weight) if amx else pair_rows(weight)]))
         address = self._laid[1].data_ptr()
         return (address, None) if amx else (None, address)
 
@@ -638,6 +676,10 @@ class NativeHead:
             int8 = {name: layout for name, layout in int8.items() if layout is not None}
         tiles = {name: tile_rows(w) for name, w in self.weights.items() if amx and tiles_pay(w)}
         pairs = {name: pair_rows(w) for name, w in self.weights.items() if not amx or w.shape[0] % 16}
+        # every copy the kernel reads in one arena of huge pages: after each verify they come from memory again
+        copies = [self.weights, tiles, pairs, int8]
+        moved = iter(on_huge_pages([t for c in copies for t in c.values()]))
+        self.weights, tiles, pairs, int8 = ({name: next(moved) for name in c} for c in copies)
         self.tiles, self.pairs, self.int8_weights = tiles, pairs, int8
         w, products = self.weights, ("qkv", "o", "gate_up", "down")
         self.layer = LayerWeights(*(_address(t) for t in (w["qkv"], w["o"], w["gate_up"], w["down"], self.norms[0],
