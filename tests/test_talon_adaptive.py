@@ -159,3 +159,24 @@ def test_the_first_tree_is_talons_n_where_verifying_it_is_cheap_and_fewer_nodes_
     assert make(CPU_LIKE, budget=60, budget_min=40, first_cost=2).params.budget == 40  # none fits: budget_min
     default = make_policy("talon-adaptive", {}, PolicyContext(costs=CPU_LIKE))
     assert default.params.first_cost == 2 and default.params.budget == 27
+
+
+def test_the_roots_top_k_follows_the_budget_so_a_small_budget_can_grow_deep():
+    """At TALON's N 60 the root keeps its K 10; at N 4 (a CPU's budget) K is 1, and the gate spends the rest
+    of the budget below the root's best child where the draft is sure, not on three more of the root's
+    children. A budget move takes K with it and says so; `root_follows_budget` false keeps K fixed."""
+    from engine.drafting import grow_tree
+    from tiny_models import StubDrafter
+
+    sure = StubDrafter(lambda node, k: [0.9, 0.01, 0.005, 0.002][:k])  # the draft is sure at every node
+    follows = make(CPU_LIKE, budget=4)
+    fixed = make(CPU_LIKE, budget=4, root_follows_budget=False)
+    assert (follows.params.top_k, fixed.params.top_k, make(GPU_LIKE, budget=60).params.top_k) == (1, 10, 10)
+    deep, wide = (grow_tree(policy, sure, root=0, max_depth=10).tree for policy in (follows, fixed))
+    assert deep.depth == [0, 1, 2, 3, 4] and wide.depth == [0, 1, 1, 1, 1]
+
+    grown = make(GPU_LIKE, budget=8, budget_max=256)
+    [grow] = feed(grown, outcome(8, 5, 2), 4)
+    assert grown.params.top_k == grown.root_top_k(grow.new) > 1 and "the root's top-K 1 →" in grow.why
+    grown.start_run()
+    assert (grown.params.budget, grown.params.top_k) == (8, 1)

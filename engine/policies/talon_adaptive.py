@@ -25,6 +25,14 @@ the cost table:
        it rejects early (≤ 0.3) hedge: lower μ; in between, keep the last direction.
 Every change is returned as an Adjustment with the numbers behind it.
 
+The root's top-K follows N (`root_follows_budget`): K = N/6, rounded, at least 1
+and at most `top_k`, the share of the budget TALON's defaults give the root
+(K 10 of N 60, where it stays 10). Forced to keep K of the root's children, a
+budget of 2 or 4 (where a 2-core CPU's verify costs leave it) was all siblings,
+a tree one token deep; K 1 there lets the gate grow it deep where the draft is
+sure (MT-bench on a Zen 3, in one process: 1.01× `ar` with K fixed at 10,
+1.19× with K 1, chain 1.15×).
+
 The first tree is TALON's N where verifying it costs at most `first_cost`
 one-token forwards in the cost table (a GPU: about one), else the largest N
 that does: on a 2-core CPU a 60-node tree verifies in 3 to 16 one-token
@@ -45,6 +53,7 @@ from engine.policies.talon import TalonParams, TalonPolicy
 
 PRIOR_TOKENS_PER_DOUBLING = 0.3
 MAX_FACTORS = 4  # a budget move goes at most budget_factor⁴ up or down at once
+ROOT_SHARE = 10 / 60  # the root's top-K per node of the budget at TALON's defaults (K 10, N 60)
 FIRST_CONTEXT = 512  # cached tokens the first tree is priced at (a ratio of verify costs barely moves with it)
 
 
@@ -62,6 +71,8 @@ class TalonAdaptiveParams(TalonParams):
     budget_factor: float = Field(2.0, gt=1, le=4, description="N is multiplied or divided by this")
     mu_factor: float = Field(2.0, gt=1, le=10, description="μ is multiplied or divided by this")
     tolerance: float = Field(0.03, ge=0, le=0.5, description="a move is undone if throughput falls by more")
+    root_follows_budget: bool = Field(True, description="the root's top-K follows N as at TALON's defaults (N/6, "
+                                                        "at least 1, at most top_k); false: top_k whatever N is")
 
     @field_validator("budget_min", "mu_min")
     @classmethod
@@ -132,8 +143,8 @@ class AdaptState:
 
 class TalonAdaptivePolicy(TalonPolicy):
     name = "talon-adaptive"
-    description = ("TALON's gate with its budget N and gate μ tuned during the run: every few steps one moves, "
-                   "and the move is undone if tokens per second fell.")
+    description = ("TALON's gate with its budget N (the root's K with it) and gate μ tuned during the run: every "
+                   "few steps one moves, and the move is undone if tokens per second fell.")
     needs_costs = True
     Params = TalonAdaptiveParams
     title = "TALON, adaptive"
@@ -144,7 +155,8 @@ class TalonAdaptivePolicy(TalonPolicy):
         self.start_run()
 
     def start_run(self) -> None:
-        self.params = self.initial.model_copy(update={"budget": self._first_budget()})
+        self.params = self.initial
+        self._set("budget", self._first_budget())
         self.state = AdaptState()
 
     def _first_budget(self) -> int:
@@ -179,10 +191,10 @@ class TalonAdaptivePolicy(TalonPolicy):
             self.state.direction[move.param] = 1 if move.new > move.old else -1
             return None
         self.state.direction[move.param] = -1 if move.new > move.old else 1
-        self._set(move.param, move.old)
+        root = self._set(move.param, move.old)
         return Adjustment(param=move.param, old=move.new, new=move.old,
                           why=f"undone: {rate:.1f} tok/s over the last {window.steps} steps, "
-                              f"{move.rate_before:.1f} before the change")
+                              f"{move.rate_before:.1f} before the change{root}")
 
     def _next_move(self, window: Window) -> Adjustment | None:
         fill = window.tree_size / window.steps / self.params.budget
@@ -193,7 +205,7 @@ class TalonAdaptivePolicy(TalonPolicy):
         old = getattr(self.params, param)
         if new is None or new == old:
             return None
-        self._set(param, new)
+        reason += self._set(param, new)
         rate = window.tokens_per_s
         self.state.move = Move(param, old, new, rate)
         return Adjustment(param=param, old=float(old), new=float(new),
@@ -262,8 +274,22 @@ class TalonAdaptivePolicy(TalonPolicy):
         mu = self.params.mu * (self.params.mu_factor if direction > 0 else 1 / self.params.mu_factor)
         return min(max(mu, self.params.mu_min), self.params.mu_max), reason
 
-    def _set(self, param: str, value: float) -> None:
-        self.params = self.params.model_copy(update={param: value})
+    def _set(self, param: str, value: float) -> str:
+        """Sets a parameter (N moves the root's K with it, `root_follows_budget`); says how K moved, if it did."""
+        update: dict[str, float] = {param: value}
+        if param == "budget" and self.initial.root_follows_budget:
+            update["top_k"] = self.root_top_k(int(value))
+        k, self.params = self.params.top_k, self.params.model_copy(update=update)
+        return f"; the root's top-K {k} → {self.params.top_k}" if self.params.top_k != k else ""
+
+    def root_top_k(self, budget: int) -> int:
+        """K at budget N: TALON's share of N for the root (ROOT_SHARE), at least 1, at most the given top_k.
+
+        >>> policy = TalonAdaptivePolicy(TalonAdaptiveParams(first_cost=0))
+        >>> [policy.root_top_k(n) for n in (2, 4, 8, 16, 32, 60, 128)]
+        [1, 1, 1, 3, 5, 10, 10]
+        """
+        return min(max(round(budget * ROOT_SHARE), 1), self.initial.top_k)
 
 
 def clamp_int(value: int, low: int, high: int) -> int:
