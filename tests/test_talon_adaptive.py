@@ -180,3 +180,12 @@ def test_the_roots_top_k_follows_the_budget_so_a_small_budget_can_grow_deep():
     assert grown.params.top_k == grown.root_top_k(grow.new) > 1 and "the root's top-K 1 →" in grow.why
     grown.start_run()
     assert (grown.params.budget, grown.params.top_k) == (8, 1)
+
+
+def test_a_root_of_one_child_offers_its_line_to_the_drafter():
+    """With K 1 the tree may be a line down to the budget: the policy offers N − 1 pairs to run in the root's
+    forward (the same tree whether or not the layers take them); with K > 1, or the root gated, none."""
+    assert make(CPU_LIKE, budget=4).line_ahead() == 3
+    assert make(CPU_LIKE, budget=4, root_follows_budget=False).line_ahead() == 0
+    assert make(CPU_LIKE, budget=4, forced_layers=0).line_ahead() == 0
+    assert make(GPU_LIKE, budget=60).line_ahead() == 0

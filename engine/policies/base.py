@@ -134,9 +134,10 @@ class Policy(ABC):
         given the tree grown so far (a budgeted policy asks for no more than it could keep)."""
 
     def line_ahead(self) -> int:
-        """How many layers below the root this step will grow as one line, each the drafter's best child of the
-        node above (a chain's γ − 1; 0: a tree, whose shape each layer decides). A drafter may run them in the
-        root's forward; a layer whose node is not the one it ran drafts as ever, so the tree is the same."""
+        """How many layers below the root this step may grow as one line, each the drafter's best child of the
+        node above (a chain's γ − 1; talon-adaptive's N − 1 where its root keeps one child; 0: a tree, whose
+        shape each layer decides). A drafter may run them in the root's forward; a layer whose node is not the
+        one it ran drafts as ever, so the tree is the same."""
         return 0
 
     def drafts_from_model(self, depth: int) -> bool:

@@ -31,7 +31,9 @@ and at most `top_k`, the share of the budget TALON's defaults give the root
 budget of 2 or 4 (where a 2-core CPU's verify costs leave it) was all siblings,
 a tree one token deep; K 1 there lets the gate grow it deep where the draft is
 sure (MT-bench on a Zen 3, in one process: 1.01× `ar` with K fixed at 10,
-1.19× with K 1, chain 1.15×).
+1.19× with K 1, chain 1.15×). With one child at the root, the head's root
+forward also runs the line below it, N − 1 pairs (`line_ahead`, as a chain's):
+taken where the gate keeps one child a layer, for nothing where it keeps more.
 
 The first tree is TALON's N where verifying it costs at most `first_cost`
 one-token forwards in the cost table (a GPU: about one), else the largest N
@@ -281,6 +283,12 @@ class TalonAdaptivePolicy(TalonPolicy):
             update["top_k"] = self.root_top_k(int(value))
         k, self.params = self.params.top_k, self.params.model_copy(update=update)
         return f"; the root's top-K {k} → {self.params.top_k}" if self.params.top_k != k else ""
+
+    def line_ahead(self) -> int:
+        """Where the root keeps one child, the tree is a line for as long as the gate keeps one child of each
+        node: up to N − 1 layers below the root, which the drafter may run in the root's forward (a layer that
+        keeps another node, or more than one, drafts as ever; the tree is the same either way)."""
+        return self.params.budget - 1 if self.params.top_k == 1 and self.params.forced_layers >= 1 else 0
 
     def root_top_k(self, budget: int) -> int:
         """K at budget N: TALON's share of N for the root (ROOT_SHARE), at least 1, at most the given top_k.
