@@ -189,3 +189,5 @@ def test_a_root_of_one_child_offers_its_line_to_the_drafter():
     assert make(CPU_LIKE, budget=4, root_follows_budget=False).line_ahead() == 0
     assert make(CPU_LIKE, budget=4, forced_layers=0).line_ahead() == 0
     assert make(GPU_LIKE, budget=60).line_ahead() == 0
+    assert make(CPU_LIKE, budget=60, top_k=1).line_ahead() == 0  # K 1 by hand at a wide budget: no line of 59
+    assert make(CPU_LIKE, budget=8, top_k=1, root_follows_budget=False).line_ahead() == 7

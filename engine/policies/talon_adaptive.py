@@ -287,8 +287,11 @@ class TalonAdaptivePolicy(TalonPolicy):
     def line_ahead(self) -> int:
         """Where the root keeps one child, the tree is a line for as long as the gate keeps one child of each
         node: up to N − 1 layers below the root, which the drafter may run in the root's forward (a layer that
-        keeps another node, or more than one, drafts as ever; the tree is the same either way)."""
-        return self.params.budget - 1 if self.params.top_k == 1 and self.params.forced_layers >= 1 else 0
+        keeps another node, or more than one, drafts as ever; the tree is the same either way). Only for a budget
+        TALON's share gives one root child too (N ≤ 8): a larger one at K 1 (set by hand) is a tree the gate
+        widens, whose line would mostly run for nothing."""
+        one_child = self.params.top_k == 1 and self.params.forced_layers >= 1
+        return self.params.budget - 1 if one_child and round(self.params.budget * ROOT_SHARE) <= 1 else 0
 
     def root_top_k(self, budget: int) -> int:
         """K at budget N: TALON's share of N for the root (ROOT_SHARE), at least 1, at most the given top_k.
