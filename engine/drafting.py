@@ -115,13 +115,16 @@ def grow_layers(policy: Policy, drafter: Drafter, root: int, max_depth: int, pre
     frontier, depth = [0], 0
     while frontier and depth < max_depth:
         depth += 1
+        from_model = policy.drafts_from_model(depth, prefix_len)
         k = policy.children_per_node(draft.tree, depth)
-        if policy.drafts_from_model(depth):
+        if from_model:
             line = min(policy.line_ahead(), max_depth - 1) if depth == 1 and not sample else 0
             forward = drafter.draft_forward(draft.tree, frontier, line)
             if forward is not None:
                 yield forward
             proposals = drafter.propose(draft.tree, frontier, k, sample, sampling, generator)
+        elif k == 0:  # no free child asked for: none to pool (and no match to walk)
+            break
         else:
             proposals = drafter.free_proposals(draft.tree, frontier, k)
         draft.dists.update({p.node: p.q_dist for p in proposals if p.sampled})

@@ -338,3 +338,29 @@ def test_a_batch_drafts_its_heads_layers_in_one_call_each_and_every_tree_is_the_
     assert [shapes(steps) for steps in batched_steps] == [shapes(steps) for steps in alone_steps]
     assert calls and max(calls) == 4  # every request's forward of a layer in one call while all four grow
     assert all(step.shared == 4 for step in batched_steps[0][:3])
+
+
+def test_where_a_batchs_costs_say_no_tree_pays_cast_and_chain_decode_as_ar_with_the_same_output():
+    """A table whose batch-4 rows charge a whole forward for each token a request adds: in a batch of 4, cast
+    and chain draft nothing from the model (each says why) and every output is the one drafted alone."""
+    from engine.costs import CostTable
+    from engine.policies.base import PolicyContext
+
+    engine = tiny_engine(dtype=torch.float64)
+    table = CostTable.linear(0.1, 20.0, batches=(1, 4))
+    table.target.ms[1] = [[20.0 * n for n in table.ns] for _ in table.contexts]
+    engine.context = PolicyContext(costs=table)
+    chosen = [GenerationRequest(prompt=prompt, policy=policy, drafter="draft-lm", max_new_tokens=16)
+              for prompt, policy in zip(PROMPTS[1:5], ["cast", "chain", "cast", "chain"])]
+    alone = [engine.run(request, detail=False, memory=None) for request in chosen]
+    assert all(one.steps < 16 for one in alone)  # alone the nodes are cheap: trees every step
+    heard: list[list] = [[] for _ in chosen]
+    batch = Batch(engine, max_batch=4)
+    tickets = [batch.submit(request, emit=heard[i].append, memory=None) for i, request in enumerate(chosen)]
+    batch.run()
+    assert [ticket.outcome(0).tokens for ticket in tickets] == [one.tokens for one in alone]
+    for request, events in zip(chosen, heard):
+        moves = [e for e in events if e.type == "policy_adjusted" and e.param in ("speculates", "gamma")]
+        assert moves and moves[0].new == 0.0, request.policy  # off at once, and the move says why
+    steps = [(ticket.outcome(0).steps, ticket.outcome(0).new_tokens) for ticket in tickets]
+    assert all(taken == emitted for (taken, emitted), r in zip(steps, chosen) if r.policy == "cast"), steps

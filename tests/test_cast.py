@@ -302,3 +302,26 @@ def test_draft_costs_follow_the_measured_draft_time():
     after = sum(d.expanded for d in cast.select_layer(tree, pool).decisions)
     assert cast.draft_scale < 0.5 and any(c.param == "draft_cost_scale" for c in changes)
     assert after > before == 2
+
+
+def test_where_no_node_could_pay_cast_drafts_nothing_from_the_model_and_says_why():
+    """A batch of 4 where every token a request adds costs a whole one-token forward (a 2-core CPU's rows):
+    a node accepted for sure yields 1 token per t₁ < C3, so no κ could send one. Cast runs no draft forward,
+    forces no node, and says so; alone (batch 1, cheap nodes) it drafts again and says that too."""
+    table = CostTable.linear(0.1, 20.0, batches=(1, 4))
+    table.target.ms[1] = [[20.0 * n for n in table.ns] for _ in table.contexts]
+    cast = make_cast(table)
+    cast.see_batch(4)
+    tree, widths = grow(cast, PEAKED)
+    assert len(tree) == 1 and widths == [] and not cast.speculates
+    assert cast.sure_ratios(300) == (1.0, 1.0)
+    assert cast.finalize(tree).keep == [0]
+    off = cast.observe(StepOutcome(tree_size=0, depth=0, accepted=0, times=Timings(verify_ms=20.0), prefix_len=300))
+    assert [(a.param, a.old, a.new) for a in off] == [("speculates", 1.0, 0.0)]
+    assert "batch 4" in off[0].why and "1.00 tokens per t₁" in off[0].why and "as ar" in off[0].why
+    cast.see_batch(1)
+    draft = grow_tree(cast, StubDrafter(lambda node, k: PEAKED[:k], token_of=lambda node, rank: rank), root=0,
+                      max_depth=1000, prefix_len=300)
+    assert len(draft.tree) > 1 and cast.speculates and len(cast.finalize(draft.tree).keep) > 1
+    on = cast.observe(StepOutcome(tree_size=1, depth=1, accepted=1, times=Timings(verify_ms=20.0), prefix_len=300))
+    assert ("speculates", 0.0, 1.0) in [(a.param, a.old, a.new) for a in on]

@@ -234,3 +234,35 @@ def test_top_indices_orders_by_value_then_index_on_pools_full_of_ties():
         values = [rng.choice([0.0, -0.0, 0.1, 0.5, 0.3, 1e-9]) for _ in range(rng.randint(0, 40))]
         k = rng.randint(0, 45)
         assert top_indices(values, k) == sorted(range(len(values)), key=lambda i: (-values[i], i))[:k]
+
+
+def test_chain_decodes_as_ar_where_no_draft_pays_and_drafts_again_as_its_verdicts_fade():
+    """Leviathan's γ = 0: in a batch of 4 whose every token a request adds costs a whole one-token forward, a
+    draft at α 0.6 cannot pay (1.6 tokens in 2 forwards against 1 in 1); the chain drafts nothing from the model
+    and prices a free match at that batch's row. Alone it drafts again; and where low verdicts turned it off, the
+    prior comes back as they fade, so it tries again."""
+    table = CostTable.linear(0.5, 10.0, batches=(1, 4))
+    table.target.ms[1] = [[10.0 * n for n in table.ns] for _ in table.contexts]
+    policy = make_policy("chain", {"gamma": 4}, PolicyContext(costs=table))
+    assert policy.gamma_now >= 1
+    policy.see_batch(4)
+    moves = policy.observe(outcome(policy.gamma_now, policy.gamma_now // 2))
+    assert policy.gamma_now == 0 and policy.line_ahead() == 0 and not policy.drafts_from_model(1, 100)
+    assert moves[-1].new == 0 and "no draft (the root alone, as ar)" in moves[-1].why
+    class Matching(StubDrafter):  # a sure text match, free to draft: 0.9 of a token for a whole forward
+        def free_proposals(self, tree, frontier, k):
+            return self.propose(tree, frontier, k)
+    matching = Matching(lambda node, k: [0.9], grows_free=lambda tree, node: True)
+    assert grow_tree(policy, matching, root=0, max_depth=8, prefix_len=100).tree.parent == [-1]
+    policy.see_batch(1)
+    policy.observe(outcome(0, 0))
+    assert policy.gamma_now >= 1 and policy.drafts_from_model(1, 100)
+    dear = make_policy("chain", {"gamma": 4}, PolicyContext(costs=CostTable.linear(0.5, 10.0, draft_delta=3.0)))
+    gammas = []
+    for _ in range(40):  # every draft rejected: off ...
+        dear.observe(outcome(dear.gamma_now, 0))
+        gammas.append(dear.gamma_now)
+    assert 0 in gammas
+    for _ in range(30):
+        dear.observe(outcome(0, 0))  # ... and no verdicts: α drifts back to the prior, and the chain drafts again
+    assert dear.gamma_now >= 1 and abs(dear.alpha - 0.6) < 0.1

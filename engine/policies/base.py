@@ -140,9 +140,10 @@ class Policy(ABC):
         one it ran drafts as ever, so the tree is the same."""
         return 0
 
-    def drafts_from_model(self, depth: int) -> bool:
-        """Whether layer `depth` takes the drafter's ordinary proposals; False: only its free ones
-        (`Drafter.free_proposals`, a model-free match's continuation, which costs no draft forward)."""
+    def drafts_from_model(self, depth: int, prefix_len: int) -> bool:
+        """Whether layer `depth` takes the drafter's ordinary proposals, the target holding `prefix_len` tokens;
+        False: only its free ones (`Drafter.free_proposals`, a model-free match's continuation, which costs no
+        draft forward). Asked first at each layer, before `children_per_node`."""
         return True
 
     def sample_children(self, temperature: float) -> bool:

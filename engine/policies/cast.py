@@ -63,6 +63,15 @@ calibration (ours, not the paper's) A path score is the draft's confidence, not
         (two pseudo-steps at 1 to start: a cold first step must not swing it).
         κ = ρ = 1 until a step is observed; `calibrate=false` keeps them at 1 and
         `min_verify=0` drops the forced node: then the paper's rules hold as stated.
+off     (ours) No calibration lifts a node's utility above 1, so where even k nodes the target
+        accepts for sure would not pass C3, max_k k / (c_{k+1} − c_1) < C3 in the verify row of
+        this batch and context, no tree can pay: the step drafts nothing, not even a free match
+        (each would be pruned at the rerank). Likewise the forced node (min_verify) is forced only
+        where one node accepted for sure, 1 / (c_2 − c_1), would pass C3: it buys evidence for
+        κ, worth nothing where κ could not send that node. A Zen 3's table (2 cores, AVX2) at
+        batch 4: up to 128 tokens of context sure nodes yield at best 1.8 tokens per t₁, so cast
+        decodes as `ar` does; up to 512, 2.2 (many sure nodes: a copy could pay), one node 1.8,
+        so it drafts and forces none; alone, 5.9 or more. Each switch is reported (`speculates`).
 free    (ours) A candidate whose children come without a model forward (Proposal.grows_free: a
         text match off the part of the tree the head ran on, where a hybrid drafter copies;
         every candidate of a model-free drafter) costs no draft forward to grow, only the
@@ -104,7 +113,8 @@ class CastParams(PolicyParams):
     window: int = Field(4, ge=1, le=64, description="gain ratios φ remembered by the depth rule (R)")
     batch: int = Field(1, ge=1, le=256, description="batch size the costs are read at (unset: the requests "
                                                     "verified together, 1 for a run alone)")
-    min_verify: int = Field(1, ge=0, le=512, description="best nodes always verified, so calibration has evidence")
+    min_verify: int = Field(1, ge=0, le=512, description="best nodes always verified where a node accepted for "
+                                                        "sure would pay, so calibration has evidence")
     calibrate: bool = Field(True, description="rescale path scores by the request's accepted / predicted (κ) and "
                                               "draft costs by measured / table time (ρ); false: the paper's rules")
 
@@ -190,6 +200,9 @@ class CastPolicy(Policy):
         self._overhead_t1 = SIGMA_PRIOR * SIGMA_PRIOR_NODES  # Σ drafting outside model forwards, in t₁ …
         self._grown_nodes = float(SIGMA_PRIOR_NODES)  # … over the nodes grown: σ = their ratio
         self._step_grown = 0  # nodes grown in the current step
+        self._sure: dict[tuple[int, int], tuple[float, float]] = {}  # (batch, select(c)) -> sure_ratios
+        self.speculates = True  # the current step's tree may pay (see the module's "off")
+        self._reported_speculates = True
 
     @property
     def cost_batch(self) -> int:
@@ -230,12 +243,32 @@ class CastPolicy(Policy):
         unit = self.unit_ms(context)
         return [ms / unit for ms in self.costs.prices(count, context, self.cost_batch)]
 
+    def sure_ratios(self, context: int) -> tuple[float, float]:
+        """(best, first): the best ratio k / (c_{k+1} − c_1) of k nodes the target accepts for sure, and that of
+        one node (k = 1), at this context and batch (see the module's "off"); read once per cost row."""
+        key = (self.cost_batch, self.costs.select_context(context))
+        known = self._sure.get(key)
+        if known is None:
+            count = self.params.max_total
+            prices = self.verify_prices(count + 1, context)
+            ratios = [_slope(k, prices[k + 1] - prices[1]) for k in range(1, count + 1)]
+            known = self._sure[key] = (max(ratios), ratios[0])
+        return known
+
+    def _passes(self, ratio: float) -> bool:
+        return ratio >= self.params.c3 * (1 - 1e-9)
+
+    def drafts_from_model(self, depth: int, prefix_len: int) -> bool:
+        if depth == 1:
+            self.speculates = self._passes(self.sure_ratios(prefix_len)[0])
+        return self.speculates
+
     def value(self, score: float) -> float:
         """A node's utility: its calibrated chance of being accepted."""
         return min(1.0, self.kappa * score)
 
     def children_per_node(self, tree: DraftTree, depth: int) -> int:
-        return self.params.top_k
+        return self.params.top_k if self.speculates else 0
 
     def select_layer(self, tree: DraftTree, pool: Pool) -> LayerSelection:
         context = pool.prefix_len + len(tree)
@@ -328,7 +361,9 @@ class CastPolicy(Policy):
             utility.append(utility[-1] + self.value(tree.score[i]))
         cost = self.verify_prices(len(considered) + 1, self._prefix_len)[1:]  # m nodes verify with the root
         choice = marginal_walk(utility, cost, self.params.c3)
-        count = max(choice.count, min(self.params.min_verify, len(considered)))
+        forced = min(self.params.min_verify, len(considered)) if self._passes(
+            self.sure_ratios(self._prefix_len)[1]) else 0  # evidence for κ, where κ could send a node
+        count = max(choice.count, forced)
         chosen = set(considered[:count])
         keep = [0] + [i for i in range(1, len(tree)) if i in chosen and ancestors_in(tree, i, chosen)]
         kept = set(keep)
@@ -352,9 +387,11 @@ class CastPolicy(Policy):
         return Rerank(keep=keep, pruned=pruned)
 
     def observe(self, outcome: StepOutcome) -> list[Adjustment]:
-        """Updates κ and ρ from the step; reports each when it has moved by a quarter since last said."""
+        """Updates κ and ρ from the step; reports each when it has moved by a quarter since last said, and
+        a switch of speculation off or on."""
+        changes = self._speculation_switch(outcome.prefix_len)
         if not self.params.calibrate:
-            return []
+            return changes
         self._accepted_sum += outcome.accepted
         self._predicted_sum += self._verified_score
         self.kappa = (self._accepted_sum + 1) / (self._predicted_sum + 1)
@@ -367,7 +404,6 @@ class CastPolicy(Policy):
         if self._step_draft_predicted > 0:
             self._draft_ratios.append(outcome.times.draft_ms / self._step_draft_predicted)
         self.draft_scale = min(max(statistics.median(self._draft_ratios), 0.01), 100.0)
-        changes = []
         if abs(self.kappa - self._reported_kappa) > 0.25 * self._reported_kappa:
             changes.append(Adjustment(
                 param="kappa", old=self._reported_kappa, new=self.kappa,
@@ -381,6 +417,19 @@ class CastPolicy(Policy):
                     f"{self._draft_predicted_sum:.0f}: draft costs rescaled by ρ"))
             self._reported_scale = self.draft_scale
         return changes
+
+    def _speculation_switch(self, context: int) -> list[Adjustment]:
+        """The step's `speculates` when it differs from the last one said, with the numbers behind it."""
+        if self.speculates == self._reported_speculates:
+            return []
+        self._reported_speculates = self.speculates
+        best = self.sure_ratios(context)[0]
+        verdict = "below C3: nothing drafted from the model, decoded as ar" if not self.speculates else \
+            "C3 or above: trees again"
+        return [Adjustment(param="speculates", old=float(not self.speculates), new=float(self.speculates),
+                           why=f"at batch {self.cost_batch} and context {self.costs.select_context(context)}, nodes "
+                               f"accepted for sure would yield at best {_finite(best):.2f} tokens per t₁ of "
+                               f"verify, {verdict}")]
 
 
 def _finite(value: float) -> float:

@@ -38,6 +38,15 @@ so that a change of text moves it, from a prior of `PRIOR_ALPHA` worth
 `PRIOR_WEIGHT` verdicts. `gamma` is then the most a step drafts;
 `pick_gamma=false` drafts exactly `gamma` every step. Each change of the
 step's γ is reported (policy_adjusted) with its numbers.
+
+γ = 0 is a choice too, as in the paper (an improvement factor below 1 says
+do not speculate): one verify of the root alone, E = 1, nothing drafted
+from the model (a free match may still follow). A batch of 4 on a 2-core
+CPU, where one more token a request adds half to all of a one-token forward,
+gives it; a run alone there does not. A step without model drafts gives no
+verdict, so the estimate then drifts back to the prior as an old verdict
+fades (DECAY a step): after some ten such steps the chain drafts again, and
+its verdicts decide whether it goes on.
 """
 
 from __future__ import annotations
@@ -99,17 +108,18 @@ class ChainPolicy(Policy):
             return sum(alpha ** i for i in range(gamma + 1))
 
         def ms(gamma: int) -> float:  # γ draft forwards, then one verify of the root and γ drafts
-            return gamma * draft + verify[gamma + 1]
+            return gamma * draft + verify[gamma + 1]  # γ = 0: no draft forward (the head catches up when it runs)
 
-        best = max(range(1, self.params.gamma + 1), key=lambda g: (tokens(g) / ms(g), -g))  # ties: the shorter
+        best = max(range(self.params.gamma + 1), key=lambda g: (tokens(g) / ms(g), -g))  # ties: the shorter
         return best, {"alpha": alpha, "tokens": tokens(best), "ms": ms(best)}
 
     def observe(self, outcome: StepOutcome) -> list[Adjustment]:
         """Counts the step's verdicts on its model drafts, then picks the next step's γ."""
         drafted = min(outcome.depth, self.gamma_now)
         accepted = min(outcome.accepted, drafted)
-        self.accepted = self.accepted * DECAY + accepted
-        self.rejected = self.rejected * DECAY + (1 if accepted < drafted else 0)
+        fading = (1 - DECAY) * PRIOR_WEIGHT if not drafted else 0.0  # no verdict: the prior takes the faded weight
+        self.accepted = self.accepted * DECAY + accepted + fading * PRIOR_ALPHA
+        self.rejected = self.rejected * DECAY + (1 if accepted < drafted else 0) + fading * (1 - PRIOR_ALPHA)
         self.context_len = outcome.prefix_len
         if not self.params.pick_gamma:
             return []
@@ -117,17 +127,18 @@ class ChainPolicy(Policy):
         self.gamma_now = new
         if new == old:
             return []
+        drafts = f"{new} drafts are" if new else "no draft (the root alone, as ar) is"
         return [Adjustment(param="gamma", old=old, new=new,
-                           why=f"α ≈ {why['alpha']:.2f} from the verdicts so far: {new} drafts are expected to emit "
+                           why=f"α ≈ {why['alpha']:.2f} from the verdicts so far: {drafts} expected to emit "
                                f"{why['tokens']:.2f} tokens in {why['ms']:.1f} ms, the most per ms")]
 
     def children_per_node(self, tree: DraftTree, depth: int) -> int:
         return 1
 
     def line_ahead(self) -> int:
-        return self.gamma_now - 1
+        return max(self.gamma_now - 1, 0)
 
-    def drafts_from_model(self, depth: int) -> bool:
+    def drafts_from_model(self, depth: int, prefix_len: int) -> bool:
         return depth <= self.gamma_now
 
     def sample_children(self, temperature: float) -> bool:
@@ -151,5 +162,6 @@ class ChainPolicy(Policy):
     def _verify_price(self, pool: Pool) -> float:
         """What one more token adds to the verify forward, in one-token forwards: the chain so far is the
         root and depth − 1 drafts."""
-        costs, n, context = self.costs, pool.depth, pool.prefix_len
-        return (costs.verify_cost(n + 1, context) - costs.verify_cost(n, context)) / costs.verify_cost(1, context)
+        costs, n, context, batch = self.costs, pool.depth, pool.prefix_len, self.batch
+        return ((costs.verify_cost(n + 1, context, batch) - costs.verify_cost(n, context, batch))
+                / costs.verify_cost(1, context, batch))
