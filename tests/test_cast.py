@@ -318,7 +318,7 @@ def test_where_no_node_could_pay_cast_drafts_nothing_from_the_model_and_says_why
     assert cast.finalize(tree).keep == [0]
     off = cast.observe(StepOutcome(tree_size=0, depth=0, accepted=0, times=Timings(verify_ms=20.0), prefix_len=300))
     assert [(a.param, a.old, a.new) for a in off] == [("speculates", 1.0, 0.0)]
-    assert "batch 4" in off[0].why and "1.00 tokens per t₁" in off[0].why and "as ar" in off[0].why
+    assert "batch 4" in off[0].why and "1.00 tokens per t₁" in off[0].why and "as in ar" in off[0].why
     cast.see_batch(1)
     draft = grow_tree(cast, StubDrafter(lambda node, k: PEAKED[:k], token_of=lambda node, rank: rank), root=0,
                       max_depth=1000, prefix_len=300)

@@ -424,7 +424,7 @@ class CastPolicy(Policy):
             return []
         self._reported_speculates = self.speculates
         best = self.sure_ratios(context)[0]
-        verdict = "below C3: nothing drafted from the model, decoded as ar" if not self.speculates else \
+        verdict = "below C3: nothing drafted, the root verified alone as in ar" if not self.speculates else \
             "C3 or above: trees again"
         return [Adjustment(param="speculates", old=float(not self.speculates), new=float(self.speculates),
                            why=f"at batch {self.cost_batch} and context {self.costs.select_context(context)}, nodes "
