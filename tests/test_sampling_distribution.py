@@ -141,3 +141,27 @@ def test_sampling_with_the_suffix_drafter_preserves_target_distribution(engine, 
     sampling = SamplingParams(temperature=1.0)
     p_value = chi_square_p(sample_outcomes(engine, policy, sampling, drafter="suffix"), exact_joint(engine, sampling))
     assert p_value > P_FLOOR, f"{policy}: p = {p_value:.2e}"
+
+
+def test_sampling_where_no_draft_pays_preserves_target_distribution():
+    """A cost table where a verified token costs a whole forward: chain's γ is 0 (its free matches still followed
+    at depth 1: `cost_aware=false`, `free_q=0`, most steps verify one) and cast stands down; sampled, both still
+    give the target's distribution."""
+    from engine.costs import CostTable
+    from engine.policies import make_policy
+    from engine.policies.base import PolicyContext
+
+    dear = tiny_engine(seed=5, dtype=torch.float64, vocab_size=VOCAB, draft_noise=0.6, sharpness=6.0,
+                       codec=SymbolCodec(VOCAB))
+    dear.context = PolicyContext(costs=CostTable.linear(20.0, 0.0))
+    assert make_policy("chain", {}, dear.context).gamma_now == 0
+    sampling = SamplingParams(temperature=1.0)
+    joint = exact_joint(dear, sampling)
+    for policy, params, drafter in [("chain", {"cost_aware": False, "free_q": 0.0}, "suffix"), ("cast", {}, "draft-lm")]:
+        counts = Counter()
+        for seed in range(SAMPLES):
+            request = GenerationRequest(prompt=PROMPT, policy=policy, params=params, drafter=drafter,
+                                        max_new_tokens=TOKENS, temperature=1.0, seed=seed)
+            counts[tuple(dear.run(request, detail=False).tokens)] += 1
+        p_value = chi_square_p(counts, joint)
+        assert p_value > P_FLOOR, f"{policy}: p = {p_value:.2e}"
