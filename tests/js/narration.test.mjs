@@ -73,6 +73,20 @@ test("plain_decoding_reads_one_token_per_forward", () => {
   assert.match(commit.text, /The cache grows by one row/);
 });
 
+test("a_step_that_drafts_nothing_says_why_while_the_policy_stands_down", () => {
+  const cast = structuredClone(arRun).map((e) => ({ ...e, policy: "cast" }));
+  const why = "at batch 4 and context 128, nodes accepted for sure would yield at best 1.79 tokens per t₁ of verify";
+  const metrics = cast.findIndex((e) => e.type === "step_metrics" && e.step === 1);
+  cast.splice(metrics, 0, { ...cast[metrics], type: "policy_adjusted", param: "speculates", old: 1, new: 0, why });
+  const verifies = captions(cast).filter((c) => c.title.endsWith("verify"));
+  assert.match(verifies[0].text, /Nothing was drafted\.$/, "before the move: nothing to explain yet");
+  assert.ok(verifies[1].text.endsWith(`Nothing was drafted: CAST stands down since it moved speculates to 0 (${why}).`),
+            verifies[1].text);
+  cast.splice(metrics + 1, 0, { ...cast[metrics], param: "speculates", old: 0, new: 1, why: "trees again" });
+  assert.match(captions(cast).filter((c) => c.title.endsWith("verify"))[1].text, /Nothing was drafted\.$/,
+               "once moved back, no stand-down is claimed");
+});
+
 test("eagle_rerank_and_adaptive_moves_are_told_in_their_own_terms", () => {
   const eagle = structuredClone(talonRun).map((e) => ({ ...e, policy: "eagle" }));
   eagle[0].params = { depth: 2, top_k: 2, total: 2 };

@@ -225,7 +225,7 @@ function verifyText(context) {
   const root = rootText(context);
   if (drafted === 0) {
     return `One target forward over the single token ${root}, on top of the ${plural(context.prefix, "token")} already in ` +
-      `the cache, gives the target's distribution for the next token. ${context.policy === "ar" ? "Plain decoding: one token per forward." : "Nothing was drafted."}`;
+      `the cache, gives the target's distribution for the next token. ${context.policy === "ar" ? "Plain decoding: one token per forward." : nothingDrafted(context)}`;
   }
   const chain = tree.nodes.every((n, i) => i === 0 || n.parent === i - 1);
   const attend = chain ? "each attending to the tokens before it, as in plain decoding"
@@ -233,6 +233,16 @@ function verifyText(context) {
   return `The target reads all ${drafted} drafted tokens and the root ${root} in one forward pass, ${attend}. ` +
     `Position ids are prefix + depth (${context.prefix} + d), so siblings share a position. One pass gives the target's ` +
     `own next-token distribution after every node at once.`;
+}
+
+// A policy that stops drafting says so by moving a parameter to 0 (cast's `speculates`, the chain's γ), with its
+// numbers: while that move stands, each step that drafts nothing repeats why.
+function nothingDrafted(context) {
+  const latest = new Map();
+  for (const e of context.events.slice(0, context.phase.end)) if (e.type === "policy_adjusted") latest.set(e.param, e);
+  const off = [...latest.values()].find((e) => e.new === 0);
+  const name = POLICY_NAMES[context.policy] ?? context.policy;
+  return off ? `Nothing was drafted: ${name} stands down since it moved ${off.param} to 0 (${off.why}).` : "Nothing was drafted.";
 }
 
 // ---------------------------------------------------------------- accept
